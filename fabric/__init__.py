@@ -1,0 +1,72 @@
+"""adaptive-fabric: a Ray-native compute fabric for fleets that keep changing.
+
+The names below are the public contract (see API.md). The pure core (tiers, capabilities,
+settings, errors, placement) is imported eagerly and needs no Ray; the runtime names
+(``adaptive``, ``up``, ``down``) import Ray only when first used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from fabric.capabilities import (
+    FfmpegInfo,
+    FramebufferInfo,
+    GpuInfo,
+    GpuVendor,
+    Limitations,
+    NodeCapabilities,
+    StorageInfo,
+    StorageKind,
+    TailnetInfo,
+)
+from fabric.errors import (
+    CapacityError,
+    FabricError,
+    NodeNotFoundError,
+    ProbeError,
+    RegistrationError,
+    RequirementError,
+    SettingsError,
+    SettingsProblem,
+    TransitionError,
+)
+from fabric.settings import FabricSettings
+from fabric.tiers import ComputeTier
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; imported on first attribute access (PEP 562) so that
+# ``import fabric`` stays pure and fast.
+_LAZY: dict[str, str] = {
+    "Requirement": "fabric.placement",
+    "FleetView": "fabric.placement",
+    "NodeRecord": "fabric.placement",
+    "Decision": "fabric.placement",
+    "PlacementTrace": "fabric.placement",
+    "place": "fabric.placement",
+    "place_many": "fabric.placement",
+    "adaptive": "fabric.client",
+    "up": "fabric.runtime",
+    "down": "fabric.runtime",
+    "FabricHandle": "fabric.runtime",
+    "NodeAssignment": "fabric.runtime",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fabric' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "CapacityError", "ComputeTier", "FabricError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
+    "GpuInfo", "GpuVendor", "Limitations", "NodeCapabilities", "NodeNotFoundError", "ProbeError",
+    "RegistrationError", "RequirementError", "SettingsError", "SettingsProblem", "StorageInfo",
+    "StorageKind", "TailnetInfo", "TransitionError", *_LAZY,
+]

@@ -1,0 +1,39 @@
+"""The ``fabric`` command. Each subcommand lives in its own module under ``fabric.cli`` and
+registers itself through ``add_parser(subparsers)``; ``main`` only dispatches."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import import_module
+
+# Subcommand modules, in help order. Each defines ``add_parser(subparsers) -> None`` and sets
+# ``func`` on its parser(s): ``func(args) -> int`` (the exit code).
+_COMMAND_MODULES = ("fabric.cli.probe", "fabric.cli.node", "fabric.cli.ops")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fabric", description="adaptive-fabric: a Ray-native compute fabric for changing fleets")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = import_module(name)
+        except ModuleNotFoundError as exc:  # a subcommand module not written yet
+            if exc.name != name:
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

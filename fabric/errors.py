@@ -1,0 +1,129 @@
+"""The fabric's typed errors: one root, a few meaningful branches, data carried as attributes.
+
+Errors cross actor boundaries, so each one pickles with its data intact: ``__reduce__``
+rebuilds it from its keyword arguments rather than from the formatted message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class FabricError(Exception):
+    """Root of every error the fabric raises on purpose."""
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self._data = dict(data)
+        for key, value in data.items():
+            setattr(self, key, value)
+
+    def __reduce__(self):  # keep attributes across pickling (actor boundaries)
+        return (_rebuild, (type(self), self.message, self._data))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[FabricError], message: str, data: dict[str, Any]) -> FabricError:
+    err = cls.__new__(cls)
+    FabricError.__init__(err, message, **data)
+    return err
+
+
+@dataclass(frozen=True)
+class SettingsProblem:
+    """One problem in a settings document: a stable code, the dotted path, and what is wrong."""
+
+    code: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path or '<root>'}: {self.message} [{self.code}]"
+
+
+class SettingsError(FabricError, ValueError):
+    """Settings are invalid. ``problems`` lists every problem found, not just the first."""
+
+    def __init__(self, problems: list[SettingsProblem] | tuple[SettingsProblem, ...], message: str | None = None, **_: Any) -> None:
+        problems = tuple(problems)
+        if message is None:
+            lines = "\n".join(f"  - {p}" for p in problems)
+            message = f"{len(problems)} problem(s) in fabric settings:\n{lines}"
+        FabricError.__init__(self, message, problems=problems)
+
+    def __reduce__(self):
+        return (SettingsError, (self.problems, self.message))
+
+
+class RequirementError(FabricError, ValueError):
+    """A requirement (or decorator argument) is invalid; ``field`` names the one at fault."""
+
+    def __init__(self, field: str, message: str, value: Any = None) -> None:
+        super().__init__(f"{field}: {message}", field=field, value=value, reason=message)
+
+    def __reduce__(self):
+        return (RequirementError, (self.field, self.reason, self.value))
+
+
+class CapacityError(FabricError):
+    """No node at or above the requirement's floor could take the work (in time)."""
+
+    def __init__(self, message: str, *, requirement: Any = None, reason: str = "no capacity", waited_s: float | None = None) -> None:
+        super().__init__(message, requirement=requirement, reason=reason, waited_s=waited_s)
+
+    def __reduce__(self):
+        return (_rebuild_kw, (CapacityError, self.message, self._data))
+
+
+class ProbeError(FabricError):
+    """A probe source could not be read in a way that is not simply "absent" (a bad recording path)."""
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message, source=source)
+
+    def __reduce__(self):
+        return (_rebuild_kw, (ProbeError, self.message, self._data))
+
+
+class RegistrationError(FabricError, ValueError):
+    """A node registration or report was refused (unknown node id, malformed report); nothing stored."""
+
+    def __init__(self, message: str, *, node_id: str | None = None, field: str | None = None) -> None:
+        super().__init__(message, node_id=node_id, field=field)
+
+    def __reduce__(self):
+        return (_rebuild_kw, (RegistrationError, self.message, self._data))
+
+
+class TransitionError(FabricError):
+    """An illegal lifecycle transition: says what, from, to and why."""
+
+    def __init__(self, what: str, from_state: str, to_state: str, why: str = "not an allowed transition") -> None:
+        super().__init__(
+            f"{what}: cannot go from {from_state!s} to {to_state!s}: {why}",
+            what=what, from_state=str(from_state), to_state=str(to_state), why=why,
+        )
+
+    def __reduce__(self):
+        return (TransitionError, (self.what, self.from_state, self.to_state, self.why))
+
+
+class NodeNotFoundError(FabricError, KeyError):
+    """No node known by that id or name."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"no node known as {node!r}", node=node)
+
+    def __reduce__(self):
+        return (NodeNotFoundError, (self.node,))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild_kw(cls: type[FabricError], message: str, data: dict[str, Any]) -> FabricError:
+    return cls(message, **data)

@@ -1,0 +1,333 @@
+"""Fabric settings: pools and pool tiers, operations, health timing, spares, restart ceilings, store.
+
+Configuration is data. Every field has a docstring; ``FabricSettings.load`` (and ``from_yaml``)
+validate at the edge and raise ``SettingsError`` carrying *every* problem found, each with a
+code, a dotted path and a message. The defaults are a working zero-configuration fabric: one
+pool ``default`` with one fixed pool tier holding every node, SQLite store, seed 002's timings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fabric.errors import SettingsError, SettingsProblem
+from fabric.tiers import ComputeTier
+
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+def _tier(v: Any) -> ComputeTier:
+    return ComputeTier.parse(v)
+
+
+class NodeShape(_Model):
+    """A node an elastic pool tier can create."""
+
+    name: str = Field(min_length=1)
+    """Shape name (an instance type, or a bundled profile name for the local provider)."""
+    tier: ComputeTier = ComputeTier.CPU_FFMPEG
+    """Best compute tier a node of this shape serves."""
+    num_cpus: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 2.0
+    """CPUs the node brings (its fabric slots follow from them)."""
+    memory_mib: Annotated[int, Field(ge=0)] = 4096
+    """Memory the node brings."""
+    gpus: Annotated[int, Field(ge=0)] = 0
+    """GPU devices the node brings."""
+    gpu_model: str | None = None
+    """GPU model (normalised label name) when ``gpus`` > 0."""
+    capabilities: tuple[str, ...] = ()
+    """Capability tags the node will carry (``arch:aarch64``, ``ffmpeg:h264_vaapi``...)."""
+    profile: str | None = None
+    """Bundled profile (recording) the local provider starts the node from."""
+
+    _v_tier = field_validator("tier", mode="before")(classmethod(lambda cls, v: _tier(v)))
+
+
+class PoolTier(_Model):
+    """One homogeneous capacity segment of a pool (seed 000's PlacementTier)."""
+
+    name: str = Field(min_length=1)
+    """Unique within its pool."""
+    provider: Literal["static", "local", "ray-autoscaler"] = "static"
+    """Who creates nodes: ``static`` (none: nodes join by hand), ``local`` (real ``ray start`` on this
+    machine), ``ray-autoscaler`` (``request_resources`` on a real cluster)."""
+    packing: Literal["binpack", "spread"] = "spread"
+    """``spread`` prefers the emptiest node (seed 002: lowest utilisation); ``binpack`` the fullest."""
+    scale_out: Literal["fixed", "elastic"] = "fixed"
+    """``fixed``: the nodes that joined; ``elastic``: may provision from ``candidate_shapes``."""
+    max_nodes: Annotated[int, Field(ge=0)] | None = None
+    """Cap on nodes in this pool tier; at the cap it cannot provision and the cascade spills on."""
+    launch_mode: Literal["on-demand", "spot", "reserved"] = "on-demand"
+    """How the provider pays for nodes."""
+    reliability: Literal["durable", "interruptible"] | None = None
+    """Defaults to ``interruptible`` for spot, ``durable`` otherwise."""
+    candidate_shapes: tuple[NodeShape, ...] = ()
+    """Shapes an elastic pool tier provisions, first fitting wins."""
+    provision_timeout_s: PositiveSeconds = 600.0
+    """How long a provisioned node may stay launching before its work is placed again."""
+
+    @property
+    def effective_reliability(self) -> str:
+        """``reliability``, or its default for the launch mode."""
+        if self.reliability is not None:
+            return self.reliability
+        return "interruptible" if self.launch_mode == "spot" else "durable"
+
+
+class Pool(_Model):
+    """A named, ordered list of pool tiers: the order is the cost cascade (cheapest first)."""
+
+    name: str = Field(min_length=1)
+    tiers: tuple[PoolTier, ...] = Field(default=(PoolTier(name="fixed"),), min_length=1)
+    """Pool tiers in cost order."""
+
+
+class OperationSpec(_Model):
+    """A named requirement preset (seed 002's FrameDispatcher tags)."""
+
+    min_tier: ComputeTier = ComputeTier.RELAY
+    """Best tier the work asks for."""
+    floor: ComputeTier | None = None
+    """Lowest tier it may degrade to; None with ``fallback`` true means down to ``relay``."""
+    fallback: bool = True
+    """False makes the requirement hard: it never degrades below ``min_tier``."""
+    num_cpus: NonNegFloat = 1.0
+    memory_mib: Annotated[int, Field(ge=0)] = 0
+    num_gpus: NonNegFloat = 0.0
+    gpu_model: str | None = None
+    capabilities: tuple[str, ...] = ()
+    """Capability tags the node must carry."""
+    pool: str | None = None
+    """Pool to place into (None: ``default``)."""
+    when_full: Literal["spill", "wait"] = "spill"
+    """A full best level spills down (seed 002 burst) or waits for a slot."""
+    description: str = ""
+
+    _v_tiers = field_validator("min_tier", "floor", mode="before")(
+        classmethod(lambda cls, v: None if v is None else _tier(v))
+    )
+
+    @property
+    def effective_floor(self) -> ComputeTier:
+        """The lowest tier this operation may run on."""
+        if not self.fallback:
+            return self.min_tier
+        return self.floor if self.floor is not None else ComputeTier.RELAY
+
+
+def _default_operations() -> dict[str, OperationSpec]:
+    return {
+        "lupine": OperationSpec(min_tier=ComputeTier.GPU_CUDA, fallback=False, description="CUDA-only; hard-fails without a CUDA node"),
+        "vaapi_encode": OperationSpec(min_tier=ComputeTier.GPU_VAAPI, floor=ComputeTier.CPU_FFMPEG, description="hardware encode, falls back to CPU ffmpeg"),
+        "flac": OperationSpec(min_tier=ComputeTier.CPU_FFMPEG, floor=ComputeTier.RELAY, description="audio FFT: any tier"),
+        "braid": OperationSpec(min_tier=ComputeTier.CPU_FFMPEG, floor=ComputeTier.RELAY, description="STRAND/CROSSING/PIST braid math: CPU acceptable"),
+    }
+
+
+class HealthSettings(_Model):
+    """Seed 002 §4's health timings. All configurable, all testable with small values."""
+
+    heartbeat_interval_s: PositiveSeconds = 30.0
+    """How often a probe actor heartbeats."""
+    offline_after_s: PositiveSeconds = 90.0
+    """Missed heartbeats for this long (3 beats) mark a node offline."""
+    drain_grace_s: NonNegFloat = 300.0
+    """A lost node stays (draining/offline) this long before it is marked dead and collected."""
+    flap_toggles: Annotated[int, Field(ge=2)] = 3
+    """This many online/offline toggles ..."""
+    flap_window_s: PositiveSeconds = 300.0
+    """... inside this window ..."""
+    flap_hold_s: NonNegFloat = 600.0
+    """... hold the node off placement for this long."""
+    monitor_interval_s: PositiveSeconds = 1.0
+    """How often the health monitor polls Ray's node table."""
+    reprobe_interval_s: PositiveSeconds = 300.0
+    """How often a probe actor re-probes its node for degradation."""
+
+
+class FailurePolicySettings(_Model):
+    """Restart ceilings (seed 000: a rate per trailing hour)."""
+
+    max_restarts_per_hour: Annotated[int, Field(ge=0)] = 6
+    prefer_spare_max_restarts_per_hour: Annotated[int, Field(ge=0)] | None = None
+    avoid_spare_max_restarts_per_hour: Annotated[int, Field(ge=0)] | None = None
+    min_recovery_interval_s: NonNegFloat = 5.0
+
+
+class HotSpareSettings(_Model):
+    """Hot spares kept warm for one pool (seed 000 § Hot spares)."""
+
+    pool: str
+    target_count: Annotated[int, Field(ge=0)] = 0
+    shape: str | None = None
+    """Candidate shape name to provision (None: the pool's first elastic shape)."""
+    warm_for: tuple[str, ...] = ()
+    reserved_for: tuple[str, ...] = ()
+    exclusive: bool = False
+    provision_backoff_s: NonNegFloat = 60.0
+
+
+class StoreSettings(_Model):
+    """Where the registry keeps durable state."""
+
+    kind: Literal["sqlite"] = "sqlite"
+    path: str | None = None
+    """SQLite file; None puts ``fabric.db`` under the Ray session directory of the head node."""
+
+
+class NodeOverride(_Model):
+    """Per-node overrides of probed limitations, keyed by node name in ``FabricSettings.nodes``."""
+
+    max_concurrent_tasks: Annotated[int, Field(ge=1)] | None = None
+
+
+class FabricSettings(_Model):
+    """The whole fabric's configuration. Zero configuration is a working fabric."""
+
+    pools: tuple[Pool, ...] = Field(default=(Pool(name="default"),), min_length=1)
+    """Pools; the first is the default when a requirement names none."""
+    operations: dict[str, OperationSpec] = Field(default_factory=_default_operations)
+    """Named requirement presets (``@adaptive.remote(operation=...)``)."""
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    failure: FailurePolicySettings = Field(default_factory=FailurePolicySettings)
+    hot_spares: tuple[HotSpareSettings, ...] = ()
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    nodes: dict[str, NodeOverride] = Field(default_factory=dict)
+    """Overrides by node name (e.g. a lower ``max_concurrent_tasks``)."""
+    queue_timeout_s: PositiveSeconds = 300.0
+    """How long queued work waits for capacity before ``CapacityError``."""
+
+    # -- construction at the edge --------------------------------------------------------
+    @classmethod
+    def load(cls, data: "dict[str, Any] | FabricSettings | None" = None) -> "FabricSettings":
+        """Validate ``data``; ``SettingsError`` lists every problem (structure first, then meaning)."""
+        if data is None:
+            data = {}
+        if isinstance(data, FabricSettings):
+            data = data.model_dump()
+        if not isinstance(data, dict):
+            raise SettingsError([SettingsProblem("not_a_mapping", "", f"settings must be a mapping, got {type(data).__name__}")])
+        try:
+            settings = cls.model_validate(data)
+        except ValidationError as exc:
+            raise SettingsError(_problems_from(exc)) from None
+        problems = settings.problems()
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+    @classmethod
+    def from_yaml(cls, path: "str | Path") -> "FabricSettings":
+        """Read and validate a YAML settings file."""
+        import yaml  # only needed at this edge
+
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise SettingsError([SettingsProblem("unreadable", str(p), f"cannot read settings file: {exc.strerror}")]) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SettingsError([SettingsProblem("bad_yaml", str(p), f"not valid YAML: {exc}")]) from None
+        return cls.load(data or {})
+
+    def problems(self) -> list[SettingsProblem]:
+        """Every semantic problem (structure is already valid): duplicates, unknown references,
+        floors above their min tier, impossible pool tiers."""
+        out: list[SettingsProblem] = []
+        pool_names: set[str] = set()
+        for i, pool in enumerate(self.pools):
+            if pool.name in pool_names:
+                out.append(SettingsProblem("duplicate_pool", f"pools.{i}.name", f"pool {pool.name!r} is defined twice"))
+            pool_names.add(pool.name)
+            tier_names: set[str] = set()
+            fixed = 0
+            for j, pt in enumerate(pool.tiers):
+                path = f"pools.{i}.tiers.{j}"
+                if pt.name in tier_names:
+                    out.append(SettingsProblem("duplicate_pool_tier", f"{path}.name", f"pool tier {pt.name!r} appears twice in pool {pool.name!r}"))
+                tier_names.add(pt.name)
+                if pt.scale_out == "fixed":
+                    fixed += 1
+                    if pt.candidate_shapes:
+                        out.append(SettingsProblem("shapes_on_fixed", f"{path}.candidate_shapes", "a fixed pool tier cannot provision; remove its candidate shapes or make it elastic"))
+                else:
+                    if not pt.candidate_shapes:
+                        out.append(SettingsProblem("elastic_without_shapes", f"{path}.candidate_shapes", "an elastic pool tier needs at least one candidate shape"))
+                    if pt.provider == "static":
+                        out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local' or 'ray-autoscaler'"))
+                if pt.launch_mode == "spot" and pt.reliability == "durable":
+                    out.append(SettingsProblem("spot_durable", f"{path}.reliability", "spot capacity cannot be durable"))
+            if fixed > 1:
+                out.append(SettingsProblem("multiple_fixed_tiers", f"pools.{i}.tiers", f"pool {pool.name!r} has {fixed} fixed pool tiers; at most one"))
+        for name, op in self.operations.items():
+            path = f"operations.{name}"
+            if op.floor is not None and op.floor > op.min_tier:
+                out.append(SettingsProblem("floor_above_min_tier", f"{path}.floor", f"floor {op.floor} is above min_tier {op.min_tier}"))
+            if op.floor is not None and not op.fallback and op.floor != op.min_tier:
+                out.append(SettingsProblem("floor_without_fallback", f"{path}.floor", "a hard operation (fallback: false) cannot have a lower floor"))
+            if op.pool is not None and op.pool not in pool_names:
+                out.append(SettingsProblem("unknown_pool", f"{path}.pool", f"unknown pool {op.pool!r}; pools: {sorted(pool_names)}"))
+        seen_spare_pools: set[str] = set()
+        for k, hs in enumerate(self.hot_spares):
+            path = f"hot_spares.{k}"
+            if hs.pool not in pool_names:
+                out.append(SettingsProblem("unknown_pool", f"{path}.pool", f"unknown pool {hs.pool!r}; pools: {sorted(pool_names)}"))
+            elif hs.pool in seen_spare_pools:
+                out.append(SettingsProblem("duplicate_hot_spare_pool", f"{path}.pool", f"pool {hs.pool!r} has two hot-spare entries; one per pool"))
+            seen_spare_pools.add(hs.pool)
+            if hs.exclusive and not hs.reserved_for:
+                out.append(SettingsProblem("exclusive_without_reservation", f"{path}.exclusive", "exclusive spares need reserved_for templates"))
+        h = self.health
+        if h.offline_after_s < h.heartbeat_interval_s:
+            out.append(SettingsProblem("offline_before_heartbeat", "health.offline_after_s", f"offline_after_s ({h.offline_after_s}) is shorter than one heartbeat ({h.heartbeat_interval_s})"))
+        return out
+
+    # -- lookups ---------------------------------------------------------------------------
+    @property
+    def default_pool(self) -> Pool:
+        return self.pools[0]
+
+    def pool(self, name: str | None) -> Pool:
+        """The named pool (``None``: the default); ``KeyError`` when unknown."""
+        if name is None:
+            return self.default_pool
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def operation(self, name: str) -> OperationSpec:
+        """The named operation; ``KeyError`` listing the known ones when unknown."""
+        try:
+            return self.operations[name]
+        except KeyError:
+            raise KeyError(f"unknown operation {name!r}; operations: {sorted(self.operations)}") from None
+
+
+def _problems_from(exc: ValidationError) -> list[SettingsProblem]:
+    problems = [_problem_from(e) for e in exc.errors()]
+    # pydantic also reports a tuple as "too short" when its only items failed; the item's own
+    # problem is the useful one, so drop a length complaint about a path that has deeper problems.
+    return [
+        p for p in problems
+        if not (p.code == "too_short" and any(q.path.startswith(p.path + ".") for q in problems))
+    ]
+
+
+def _problem_from(err: dict[str, Any]) -> SettingsProblem:
+    path = ".".join(str(p) for p in err.get("loc", ()))
+    msg = err.get("msg", "invalid")
+    ctx_err = (err.get("ctx") or {}).get("error")
+    if ctx_err is not None:
+        msg = str(ctx_err)
+    return SettingsProblem(err.get("type", "invalid"), path, msg)

@@ -1,0 +1,28 @@
+# Sourced by scripts/test and scripts/demo: make .venv (if missing) and install the project into it.
+# Idempotent and quiet when nothing changed; prints what it does when it installs.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  for cand in python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(0 if sys.version_info[:2]==(3,11) else 1)'; then PY="$cand"; break; fi
+  done
+fi
+[ -n "$PY" ] || { echo "adaptive-fabric needs Python 3.11 (set PYTHON=/path/to/python3.11)" >&2; exit 2; }
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "==> installing adaptive-fabric and its test tools into .venv (first run takes a few minutes)"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]" 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -c 'import fabric, probes, actors, ray, pydantic, pynvml, grpc, pytest, hypothesis, importlinter' \
+    || { echo "install failed: a dependency does not import" >&2; exit 1; }
+  rm -f .venv/.installed-*; touch "$stamp"
+fi
+export PATH="$ROOT/.venv/bin:$PATH"
+# Ray 2.60 turns token auth on for new local clusters; choose explicitly (tests/demo override per run).
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
