@@ -86,6 +86,7 @@ class Pool(_Model):
     """A named, ordered list of pool tiers: the order is the cost cascade (cheapest first)."""
 
     name: str = Field(min_length=1)
+    """Unique pool name; requirements and hot spares refer to it."""
     tiers: tuple[PoolTier, ...] = Field(default=(PoolTier(name="fixed"),), min_length=1)
     """Pool tiers in cost order."""
 
@@ -100,9 +101,13 @@ class OperationSpec(_Model):
     fallback: bool = True
     """False makes the requirement hard: it never degrades below ``min_tier``."""
     num_cpus: NonNegFloat = 1.0
+    """CPUs reserved on the node while the work runs."""
     memory_mib: Annotated[int, Field(ge=0)] = 0
+    """Memory reserved on the node while the work runs."""
     num_gpus: NonNegFloat = 0.0
+    """GPU capacity (fraction of one device) the work needs."""
     gpu_model: str | None = None
+    """GPU model the work needs (normalised label name, e.g. ``GeForce-RTX-4070``)."""
     capabilities: tuple[str, ...] = ()
     """Capability tags the node must carry."""
     pool: str | None = None
@@ -110,6 +115,7 @@ class OperationSpec(_Model):
     when_full: Literal["spill", "wait"] = "spill"
     """A full best level spills down (seed 002 burst) or waits for a slot."""
     description: str = ""
+    """What the operation is, for people reading ``fabric explain``."""
 
     _v_tiers = field_validator("min_tier", "floor", mode="before")(
         classmethod(lambda cls, v: None if v is None else _tier(v))
@@ -157,28 +163,39 @@ class FailurePolicySettings(_Model):
     """Restart ceilings (seed 000: a rate per trailing hour)."""
 
     max_restarts_per_hour: Annotated[int, Field(ge=0)] = 6
+    """Restarts a job may take in a trailing hour before it is ultimately lost."""
     prefer_spare_max_restarts_per_hour: Annotated[int, Field(ge=0)] | None = None
+    """Ceiling for ``prefer_spare`` jobs (None: ``max_restarts_per_hour``)."""
     avoid_spare_max_restarts_per_hour: Annotated[int, Field(ge=0)] | None = None
+    """Ceiling for ``avoid_spare`` jobs (None: ``max_restarts_per_hour``)."""
     min_recovery_interval_s: NonNegFloat = 5.0
+    """Consecutive recoveries of one job are at least this far apart."""
 
 
 class HotSpareSettings(_Model):
     """Hot spares kept warm for one pool (seed 000 § Hot spares)."""
 
     pool: str
+    """The pool these spares serve (one entry per pool)."""
     target_count: Annotated[int, Field(ge=0)] = 0
+    """Unconsumed spares to keep warm."""
     shape: str | None = None
     """Candidate shape name to provision (None: the pool's first elastic shape)."""
     warm_for: tuple[str, ...] = ()
+    """Job templates whose artefacts a new spare pre-fetches."""
     reserved_for: tuple[str, ...] = ()
+    """Templates that rank these spares first."""
     exclusive: bool = False
+    """With ``reserved_for``: nobody else may take them (unless ``override_reservation``)."""
     provision_backoff_s: NonNegFloat = 60.0
+    """Wait after a failed spare provision before the next attempt."""
 
 
 class StoreSettings(_Model):
     """Where the registry keeps durable state."""
 
     kind: Literal["sqlite"] = "sqlite"
+    """Store backend; SQLite (WAL) on the head node. A server database is a later option."""
     path: str | None = None
     """SQLite file; None puts ``fabric.db`` under the Ray session directory of the head node."""
 
@@ -187,6 +204,7 @@ class NodeOverride(_Model):
     """Per-node overrides of probed limitations, keyed by node name in ``FabricSettings.nodes``."""
 
     max_concurrent_tasks: Annotated[int, Field(ge=1)] | None = None
+    """Replaces the probed ``max_concurrent_tasks`` (None: keep the probe's)."""
 
 
 class FabricSettings(_Model):
@@ -197,9 +215,13 @@ class FabricSettings(_Model):
     operations: dict[str, OperationSpec] = Field(default_factory=_default_operations)
     """Named requirement presets (``@adaptive.remote(operation=...)``)."""
     health: HealthSettings = Field(default_factory=HealthSettings)
+    """Heartbeat, offline, drain-grace and flap-damping timings (seed 002 §4)."""
     failure: FailurePolicySettings = Field(default_factory=FailurePolicySettings)
+    """Restart ceilings for long-running jobs (seed 000)."""
     hot_spares: tuple[HotSpareSettings, ...] = ()
+    """Hot spares per pool."""
     store: StoreSettings = Field(default_factory=StoreSettings)
+    """Where the registry keeps durable state."""
     nodes: dict[str, NodeOverride] = Field(default_factory=dict)
     """Overrides by node name (e.g. a lower ``max_concurrent_tasks``)."""
     queue_timeout_s: PositiveSeconds = 300.0

@@ -60,25 +60,32 @@ class ComputeTier(str, Enum):
     # Order by rank. ``str`` already defines these, so they must be overridden explicitly.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, ComputeTier):
-            return NotImplemented
+            return _refuse(self, other)
         return self.rank < other.rank
 
     def __le__(self, other: object) -> bool:
         if not isinstance(other, ComputeTier):
-            return NotImplemented
+            return _refuse(self, other)
         return self.rank <= other.rank
 
     def __gt__(self, other: object) -> bool:
         if not isinstance(other, ComputeTier):
-            return NotImplemented
+            return _refuse(self, other)
         return self.rank > other.rank
 
     def __ge__(self, other: object) -> bool:
         if not isinstance(other, ComputeTier):
-            return NotImplemented
+            return _refuse(self, other)
         return self.rank >= other.rank
 
     __hash__ = str.__hash__
+
+
+def _refuse(tier: ComputeTier, other: object):
+    # Without this, ``str`` would quietly compare names ("gpu_cuda" < "relay") and be wrong.
+    if isinstance(other, str):
+        raise TypeError(f"compare compute tiers with tiers, not strings: use ComputeTier.parse({other!r})")
+    return NotImplemented
 
 
 _RANKS: dict[ComputeTier, int] = {

@@ -1,0 +1,140 @@
+"""FabricSettings: zero-config defaults, YAML, and SettingsError listing every problem."""
+
+import math
+
+import pytest
+
+from fabric import ComputeTier, FabricSettings, SettingsError
+
+
+def codes(err: SettingsError) -> list[tuple[str, str]]:
+    return [(p.code, p.path) for p in err.problems]
+
+
+def test_defaults_are_a_working_fabric():
+    s = FabricSettings.load()
+    assert [p.name for p in s.pools] == ["default"]
+    (tier,) = s.default_pool.tiers
+    assert tier.scale_out == "fixed" and tier.provider == "static"
+    h = s.health
+    assert (h.heartbeat_interval_s, h.offline_after_s, h.drain_grace_s) == (30, 90, 300)
+    assert (h.flap_toggles, h.flap_window_s, h.flap_hold_s) == (3, 300, 600)
+    assert s.store.kind == "sqlite"
+    assert s.problems() == []
+
+
+def test_seed_002_operations_are_presets():
+    s = FabricSettings.load()
+    lupine = s.operation("lupine")
+    assert lupine.min_tier is ComputeTier.GPU_CUDA and lupine.fallback is False
+    assert lupine.effective_floor is ComputeTier.GPU_CUDA
+    enc = s.operation("vaapi_encode")
+    assert (enc.min_tier, enc.effective_floor) == (ComputeTier.GPU_VAAPI, ComputeTier.CPU_FFMPEG)
+    assert s.operation("flac").effective_floor is ComputeTier.RELAY
+
+
+def test_unknown_operation_lists_known_ones():
+    with pytest.raises(KeyError, match="lupine"):
+        FabricSettings.load().operation("nope")
+
+
+def test_every_semantic_problem_is_reported_at_once():
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({
+            "pools": [
+                {"name": "a", "tiers": [{"name": "x"}, {"name": "x"}]},
+                {"name": "a", "tiers": [{"name": "cloud", "scale_out": "elastic"}]},
+            ],
+            "operations": {"bad": {"min_tier": "cpu_ffmpeg", "floor": "gpu_cuda", "pool": "nope"}},
+            "hot_spares": [{"pool": "ghost"}],
+        })
+    got = codes(exc.value)
+    assert ("duplicate_pool_tier", "pools.0.tiers.1.name") in got
+    assert ("multiple_fixed_tiers", "pools.0.tiers") in got
+    assert ("duplicate_pool", "pools.1.name") in got
+    assert ("elastic_without_shapes", "pools.1.tiers.0.candidate_shapes") in got
+    assert ("elastic_without_provider", "pools.1.tiers.0.provider") in got
+    assert ("floor_above_min_tier", "operations.bad.floor") in got
+    assert ("unknown_pool", "operations.bad.pool") in got
+    assert ("unknown_pool", "hot_spares.0.pool") in got
+
+
+def test_every_structural_problem_is_reported_at_once():
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({
+            "pools": [{"name": "a", "tiers": [{"name": "x", "packing": "weird"}]}],
+            "operations": {"o": {"min_tier": "gpu_foo", "num_cpus": math.nan}},
+            "health": {"heartbeat_interval_s": -1},
+            "typo_field": 1,
+        })
+    got = {path: code for code, path in codes(exc.value)}
+    paths = {p for _, p in codes(exc.value)}
+    assert "pools.0.tiers.0.packing" in paths
+    assert "operations.o.min_tier" in paths and "operations.o.num_cpus" in paths
+    assert "health.heartbeat_interval_s" in paths
+    assert "typo_field" in paths
+    assert got["typo_field"] == "extra_forbidden"
+    assert "pools.0.tiers" not in paths  # the item's problem, not a spurious "too short"
+    assert any("gpu_cuda" in p.message for p in exc.value.problems if p.path == "operations.o.min_tier")
+
+
+def test_elastic_pool_tier_with_shapes_is_valid():
+    s = FabricSettings.load({"pools": [{"name": "burst", "tiers": [
+        {"name": "fixed"},
+        {"name": "local", "scale_out": "elastic", "provider": "local", "max_nodes": 2,
+         "candidate_shapes": [{"name": "cpu-box", "tier": "cpu_ffmpeg", "num_cpus": 2, "profile": "cpu-only-box"}]},
+    ]}]})
+    assert s.pool("burst").tiers[1].candidate_shapes[0].tier is ComputeTier.CPU_FFMPEG
+    assert s.pool(None).name == "burst"
+
+
+def test_spot_defaults_to_interruptible_and_cannot_be_durable():
+    s = FabricSettings.load({"pools": [{"name": "p", "tiers": [{"name": "s", "launch_mode": "spot"}]}]})
+    assert s.default_pool.tiers[0].effective_reliability == "interruptible"
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({"pools": [{"name": "p", "tiers": [{"name": "s", "launch_mode": "spot", "reliability": "durable"}]}]})
+    assert ("spot_durable", "pools.0.tiers.0.reliability") in codes(exc.value)
+
+
+def test_offline_timeout_shorter_than_a_heartbeat_is_refused():
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({"health": {"heartbeat_interval_s": 30, "offline_after_s": 10}})
+    assert ("offline_before_heartbeat", "health.offline_after_s") in codes(exc.value)
+
+
+def test_yaml_round_trip(tmp_path):
+    f = tmp_path / "fabric.yaml"
+    f.write_text(
+        "health:\n  heartbeat_interval_s: 45  # Tailscale DERP latency (seed 002)\n  offline_after_s: 135\n"
+        "operations:\n  thumbs:\n    min_tier: gpu_apu\n    floor: cpu_ffmpeg\n"
+        "nodes:\n  steamdeck:\n    max_concurrent_tasks: 2\n"
+    )
+    s = FabricSettings.from_yaml(f)
+    assert s.health.heartbeat_interval_s == 45
+    assert s.operation("thumbs").effective_floor is ComputeTier.CPU_FFMPEG
+    assert "lupine" not in s.operations  # an explicit operations map replaces the presets
+    assert s.nodes["steamdeck"].max_concurrent_tasks == 2
+
+
+def test_yaml_errors_are_settings_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: [unclosed\n")
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.from_yaml(bad)
+    assert exc.value.problems[0].code == "bad_yaml"
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.from_yaml(tmp_path / "missing.yaml")
+    assert exc.value.problems[0].code == "unreadable"
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load(["not", "a", "mapping"])  # type: ignore[arg-type]
+    assert exc.value.problems[0].code == "not_a_mapping"
+
+
+def test_every_field_is_documented():
+    from pydantic import BaseModel
+
+    from fabric import settings as mod
+
+    models = [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == mod.__name__ and not v.__name__.startswith("_")]
+    undocumented = [f"{m.__name__}.{n}" for m in models for n, f in m.model_fields.items() if not f.description]
+    assert undocumented == []
