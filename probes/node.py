@@ -1,0 +1,202 @@
+"""``probe_node``: read every source, assemble one ``NodeCapabilities``, never raise on absence.
+
+The parsers each own one source; this module only wires them together and settles the cases
+that need two sources at once: an NVIDIA render node is matched to its NVML device by PCI
+address; a hardware encoder counts only when ffmpeg's one-frame test encode proved it (NVENC
+via NVML's encoder capacity *and* the test; VA-API via vainfo's entrypoints *and* the test), and
+a VA-API device whose every test encode failed is treated as decode-only, so it gives no VA-API
+tier it could not serve. Anything missing, unreadable or malformed is absent, with a note in
+``limitations.notes`` where a person would want to know why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Iterable, TypeVar
+
+from fabric.capabilities import (
+    FfmpegInfo,
+    GpuInfo,
+    GpuVendor,
+    Limitations,
+    NodeCapabilities,
+    derive_max_concurrent_tasks,
+)
+from probes.drm import AMD_APU_IDS, RenderNode, read_render_nodes, same_pci_address
+from probes.ffmpeg import TestEncode, encoders_to_test, failure_reason, parse_encoders, parse_version
+from probes.framebuffer import parse_framebuffer
+from probes.nvml import parse_nvml
+from probes.sources import LiveSources, Sources
+from probes.storage import parse_storage
+from probes.system import parse_system
+from probes.tailnet import parse_tailscale
+from probes.vaapi import ENCODE_ENTRYPOINTS, VaInfo, model_from_driver, parse_vainfo
+
+__all__ = ["probe_node"]
+
+T = TypeVar("T")
+_VENDOR_NAMES = {GpuVendor.AMD: "AMD", GpuVendor.INTEL: "Intel", GpuVendor.NVIDIA: "NVIDIA", GpuVendor.ARM: "Arm"}
+# codec -> ffmpeg VA-API encoder name
+_VAAPI_ENCODER = {"h264": "h264_vaapi", "hevc": "hevc_vaapi", "av1": "av1_vaapi", "vp8": "vp8_vaapi",
+                  "vp9": "vp9_vaapi", "jpeg": "mjpeg_vaapi", "mpeg2": "mpeg2_vaapi"}
+
+
+def _guard(section: str, notes: list[str], fn: Callable[[], T], default: T) -> T:
+    """Run one section; a bug in a parser costs that section, never the probe."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the probe must not take a node join down
+        notes.append(f"internal: {section} probe failed: {type(exc).__name__}: {exc}")
+        return default
+
+
+def probe_node(
+    sources: Sources | None = None,
+    *,
+    name: str | None = None,
+    roles: Iterable[str] = (),
+    max_concurrent_tasks: int | None = None,
+) -> NodeCapabilities:
+    """What this machine (or the recording ``sources`` stands for) is and can do.
+
+    ``name`` overrides the node name (default: the hostname, else a profile's declared name);
+    ``roles`` declare tiers the hardware cannot show (``relay`` caps the node at relay; default:
+    a profile's declared roles); ``max_concurrent_tasks`` overrides the derived slot count.
+    Raises only ``ValueError`` for an unknown role or a non-positive override.
+    """
+    if max_concurrent_tasks is not None and max_concurrent_tasks < 1:
+        raise ValueError(f"max_concurrent_tasks must be >= 1, got {max_concurrent_tasks}")
+    src: Sources = sources if sources is not None else LiveSources()
+    notes: list[str] = []
+    declared = _guard("declared", notes, src.declared, {})
+
+    facts = _guard("system", notes, lambda: parse_system(src.system(), src.read_file), None) or parse_system(None)
+    notes += facts.notes
+    storage = _guard("storage", notes, lambda: parse_storage(facts.disks, src.read_file, src.resolve_link), [])
+
+    nvml_gpus, nvml_notes = _guard("nvml", notes, lambda: parse_nvml(src.nvml()), ([], []))
+    notes += nvml_notes
+    nodes = _guard("drm", notes, lambda: read_render_nodes(src.list_dir, src.read_file, src.resolve_link), [])
+    vainfos: dict[str, VaInfo] = {
+        n.name: _guard(f"vainfo {n.name}", notes, lambda n=n: parse_vainfo(src.vainfo(n.name)), VaInfo())
+        for n in nodes if n.vendor is not None
+    }
+
+    ffmpeg, tests = _guard("ffmpeg", notes, lambda: _probe_ffmpeg(src, nodes, vainfos, notes), (FfmpegInfo(), {}))
+    gpus = _guard("gpus", notes, lambda: _assemble_gpus(nvml_gpus, nodes, vainfos, tests, notes), [])
+    framebuffer = _guard("framebuffer", notes, lambda: parse_framebuffer(src.list_dir, src.read_file), None)
+    tailnet = _guard("tailnet", notes, lambda: parse_tailscale(src.tailscale_status()), None)
+    notes += list(getattr(src, "problems", []) or [])
+
+    declared_roles = declared.get("roles") if isinstance(declared.get("roles"), list) else []
+    all_roles = tuple(roles) or tuple(str(r) for r in declared_roles)
+    declared_name = declared.get("name") if isinstance(declared.get("name"), str) else None
+    node_name = (name or facts.hostname or declared_name or (tailnet.dns_name if tailnet else None) or "unknown").strip() or "unknown"
+
+    caps = NodeCapabilities(
+        name=node_name, arch=facts.arch, cpu_logical=facts.cpu_logical, cpu_physical=facts.cpu_physical,
+        cpu_usable=facts.cpu_usable, memory_mib=facts.memory_mib, gpus=tuple(gpus), storage=tuple(storage),
+        ffmpeg=ffmpeg, framebuffer=framebuffer, tailnet=tailnet, roles=all_roles, source=src.label,
+    )
+    slots = max_concurrent_tasks or derive_max_concurrent_tasks(caps.cpu_usable, caps.tiers)
+    return caps.model_copy(update={"limitations": Limitations(max_concurrent_tasks=slots, notes=tuple(dict.fromkeys(notes)))})
+
+
+# -- ffmpeg ------------------------------------------------------------------------------------
+def _probe_ffmpeg(src: Sources, nodes: list[RenderNode], vainfos: dict[str, VaInfo], notes: list[str]) -> tuple[FfmpegInfo, dict[str, TestEncode]]:
+    path = src.ffmpeg_path()
+    text = src.ffmpeg_encoders() if path else None
+    if not path or text is None:
+        return FfmpegInfo(), {}
+    listed = parse_encoders(text)
+    to_test = encoders_to_test(listed)
+    vaapi_node = next((n for n in nodes if n.vendor not in (None, GpuVendor.NVIDIA) and vainfos.get(n.name, VaInfo()).encodes), None)
+    tests = src.ffmpeg_test_encodes(to_test, vaapi_node.path if vaapi_node else None) if to_test else {}
+    working = tuple(e for e in to_test if e in tests and tests[e].ok)
+    failed: dict[str, list[str]] = defaultdict(list)
+    for enc in to_test:
+        if enc in tests and not tests[enc].ok:
+            failed[failure_reason(tests[enc])].append(enc)
+    for reason, encs in failed.items():
+        notes.append(f"{', '.join(encs)} listed but {'its' if len(encs) == 1 else 'their'} test encode failed: {reason}")
+    untested = [e for e in to_test if e not in tests]
+    if untested:
+        notes.append(f"not proven (no test-encode result): {', '.join(untested)}")
+    version = parse_version(src.ffmpeg_version())
+    return FfmpegInfo(path=path, version=version, listed=tuple(listed), working=working), tests
+
+
+# -- GPUs --------------------------------------------------------------------------------------
+def _assemble_gpus(
+    nvml_gpus: list[dict[str, Any]], nodes: list[RenderNode], vainfos: dict[str, VaInfo],
+    tests: dict[str, TestEncode], notes: list[str],
+) -> list[GpuInfo]:
+    gpus: list[GpuInfo] = []
+    matched: set[str] = set()
+    for raw in nvml_gpus:
+        fields = dict(raw)
+        pci = fields.pop("pci_bus_id", None)
+        node = next((n for n in nodes if n.vendor is GpuVendor.NVIDIA and same_pci_address(n.pci_address, pci)), None)
+        if node is not None:
+            matched.add(node.name)
+            va = vainfos.get(node.name, VaInfo())
+            fields.update(render_node=node.path, decoders=tuple(va.decodes), vaapi_driver=va.driver,
+                          vaapi_profiles={p: tuple(e) for p, e in va.profiles.items()}, pci_id=_pci_id(node))
+        encoders = set(fields.get("encoders", ()))
+        lost = {c for c in encoders if f"{c}_nvenc" in tests and not tests[f"{c}_nvenc"].ok}
+        if lost:
+            encoders -= lost
+        fields["encoders"] = tuple(encoders)
+        gpus.append(GpuInfo(**fields))
+    tested_vaapi_node = next((n for n in nodes if n.vendor not in (None, GpuVendor.NVIDIA) and vainfos.get(n.name, VaInfo()).encodes), None)
+    for node in nodes:
+        if node.name in matched:
+            continue
+        if node.vendor is None:
+            notes.append(f"{node.name}: vendor {node.vendor_id or '?'} driver {node.driver or '?'} is not a GPU the fabric uses")
+            continue
+        va = vainfos.get(node.name, VaInfo())
+        gpus.append(_render_node_gpu(node, va, tests, node is tested_vaapi_node, len(gpus), notes))
+    return gpus
+
+
+def _pci_id(node: RenderNode) -> str | None:
+    return f"{node.vendor_id}:{node.device_id}" if node.vendor_id and node.device_id else None
+
+
+def _render_node_gpu(node: RenderNode, va: VaInfo, tests: dict[str, TestEncode], tested: bool, index: int, notes: list[str]) -> GpuInfo:
+    vendor = node.vendor
+    assert vendor is not None
+    vname = _VENDOR_NAMES[vendor]
+    model = model_from_driver(va.driver)
+    if model and not model.lower().startswith(vname.lower()):
+        model = f"{vname} {model}"
+    if not model:
+        codename = AMD_APU_IDS.get(node.device_id or "") if vendor is GpuVendor.AMD else None
+        model = f"{vname} {codename} iGPU" if codename else f"{vname} GPU {node.device_id or node.name}"
+    profiles = {p: tuple(e) for p, e in va.profiles.items()}
+    encoders: set[str] = set()
+    if vendor is GpuVendor.NVIDIA:
+        notes.append(f"{node.name}: NVIDIA GPU without NVML (no driver or library): no CUDA; VA-API on NVIDIA is decode-only")
+    else:
+        encoders = set(va.encodes)
+        vaapi_tests = {c: tests[_VAAPI_ENCODER[c]] for c in encoders if _VAAPI_ENCODER.get(c) in tests} if tested else {}
+        if vaapi_tests:
+            encoders -= {c for c, t in vaapi_tests.items() if not t.ok}
+            if not encoders:
+                # Listing is not having: every encode the driver offers failed here.
+                profiles = {p: tuple(e for e in eps if e not in ENCODE_ENTRYPOINTS) for p, eps in profiles.items()}
+                notes.append(f"{node.name}: VA-API lists encode but every test encode failed; treated as decode-only")
+        elif va.encodes:
+            notes.append(f"{node.name}: VA-API encode ({', '.join(sorted(va.encodes))}) not proven by a test encode")
+    if not node.certain:
+        notes.append(f"{node.name}: {node.evidence}")
+    decoders = set(va.decodes)
+    if not va.ok and vendor is not GpuVendor.NVIDIA:
+        notes.append(f"{node.name}: no VA-API profiles (vainfo absent or failed)")
+    return GpuInfo(
+        index=index, vendor=vendor, model=model, vram_mib=(node.vram_bytes or 0) // (1024 * 1024),
+        discrete=not node.integrated, bus=("integrated" if node.integrated else "pcie") if node.certain else "unknown",
+        encoders=tuple(encoders), decoders=tuple(decoders), vaapi_profiles=profiles, vaapi_driver=va.driver,
+        render_node=node.path, driver=node.driver, pci_id=_pci_id(node), gtt_mib=(node.gtt_bytes or 0) // (1024 * 1024),
+    )

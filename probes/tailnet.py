@@ -1,0 +1,31 @@
+"""This node on a tailnet, from ``tailscale status --json`` (absent is fine: most nodes are not).
+
+Only ``Self`` matters: its DNS name (the stable node name seed 002 uses), its tailnet IPs and
+whether it is online. A stopped daemon answers ``BackendState`` other than ``Running``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabric.capabilities import TailnetInfo
+
+__all__ = ["parse_tailscale"]
+
+
+def parse_tailscale(data: Any) -> TailnetInfo | None:
+    """``TailnetInfo`` from tailscale's status JSON; None when absent, stopped or malformed."""
+    if not isinstance(data, dict):
+        return None
+    me = data.get("Self")
+    if not isinstance(me, dict):
+        return None
+    state = data.get("BackendState")
+    if isinstance(state, str) and state not in ("Running", ""):
+        return None
+    dns = me.get("DNSName") if isinstance(me.get("DNSName"), str) else None
+    dns = dns.rstrip(".") or None if dns else None
+    ips_raw = me.get("TailscaleIPs") or data.get("TailscaleIPs") or []
+    ips = tuple(ip for ip in ips_raw if isinstance(ip, str)) if isinstance(ips_raw, list) else ()
+    online = me.get("Online")
+    return TailnetInfo(dns_name=dns, ips=ips, online=online if isinstance(online, bool) else True)
