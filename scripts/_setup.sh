@@ -26,3 +26,5 @@ fi
 export PATH="$ROOT/.venv/bin:$PATH"
 # Ray 2.60 turns token auth on for new local clusters; choose explicitly (tests/demo override per run).
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+# Local clusters (tests, demo) stay on loopback: Ray then resolves the node IP to 127.0.0.1.
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="${RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER:-0}"
