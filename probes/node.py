@@ -19,6 +19,7 @@ from fabric.capabilities import (
     GpuInfo,
     GpuVendor,
     Limitations,
+    ROLES,
     NodeCapabilities,
     derive_max_concurrent_tasks,
 )
@@ -66,6 +67,10 @@ def probe_node(
     """
     if max_concurrent_tasks is not None and max_concurrent_tasks < 1:
         raise ValueError(f"max_concurrent_tasks must be >= 1, got {max_concurrent_tasks}")
+    roles = tuple(str(r).strip().lower() for r in roles if str(r).strip())
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise ValueError(f"unknown role(s) {', '.join(unknown)}; valid roles: {', '.join(sorted(ROLES))}")
     src: Sources = sources if sources is not None else LiveSources()
     notes: list[str] = []
     declared = _guard("declared", notes, src.declared, {})
@@ -89,7 +94,7 @@ def probe_node(
     notes += list(getattr(src, "problems", []) or [])
 
     declared_roles = declared.get("roles") if isinstance(declared.get("roles"), list) else []
-    all_roles = tuple(roles) or tuple(str(r) for r in declared_roles)
+    all_roles = roles or tuple(r for r in (str(x).strip().lower() for x in declared_roles) if r in ROLES)
     declared_name = declared.get("name") if isinstance(declared.get("name"), str) else None
     node_name = (name or facts.hostname or declared_name or (tailnet.dns_name if tailnet else None) or "unknown").strip() or "unknown"
 

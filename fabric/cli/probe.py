@@ -1,0 +1,124 @@
+"""``fabric probe``: what this machine (or a recording, or a bundled profile) is and can do.
+
+Outputs: a human summary (default), ``--json`` (``NodeCapabilities`` with ``tier``/``tiers``),
+``--ray-labels`` / ``--k3s-labels`` (JSON objects), ``--ray-start-args`` (the ``--resources`` and
+``--labels`` arguments a node joins with), ``--table``. ``--all`` probes this machine and every
+bundled profile. ``--record DIR`` also writes what was read as a recording folder (how a real
+NVML probe gets recorded on a GPU machine). Bad input (a missing recording folder, an unknown
+profile or role) is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+from fabric.capabilities import NodeCapabilities
+from fabric.errors import ProbeError
+
+__all__ = ["add_parser", "run", "ray_start_args"]
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "probe", help="probe this node (or a recording/profile) and print its capabilities and tiers",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", dest="output", action="store_const", const="json", help="NodeCapabilities as JSON")
+    out.add_argument("--ray-labels", dest="output", action="store_const", const="ray-labels", help="Ray node labels as JSON")
+    out.add_argument("--k3s-labels", dest="output", action="store_const", const="k3s-labels", help="seed 002's k3s labels as JSON")
+    out.add_argument("--ray-start-args", dest="output", action="store_const", const="ray-start-args",
+                     help="the --resources/--labels arguments for `ray start`")
+    out.add_argument("--table", dest="output", action="store_const", const="table", help="a one-row-per-node table")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--recording", metavar="DIR", help="probe a recording folder instead of this machine")
+    src.add_argument("--profile", metavar="NAME", help="probe a bundled profile (see --all for the list)")
+    src.add_argument("--all", action="store_true", help="this machine and every bundled profile (a table by default)")
+    p.add_argument("--record", metavar="DIR", help="also write what the probe read as a recording folder")
+    p.add_argument("--role", action="append", default=[], metavar="ROLE", help="declare a role (repeatable): relay, batch, wasm, dsp, esp32, ethernet")
+    p.add_argument("--name", help="node name (default: hostname, or the profile's name)")
+    p.add_argument("--max-concurrent-tasks", type=int, metavar="N", help="override the derived slot count")
+    p.add_argument("--pool", help="pool label to add (--ray-labels/--ray-start-args)")
+    p.add_argument("--pool-tier", help="pool tier label to add")
+    p.add_argument("--zone", help="zone label to add")
+    p.set_defaults(func=run, output=None)
+
+
+def ray_start_args(caps: NodeCapabilities, *, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None) -> str:
+    """``--resources='{...}' --labels='k=v,...'`` for ``ray start`` (Ray 2.60's label string format)."""
+    resources = json.dumps(caps.to_ray_resources(), sort_keys=True)
+    labels = ",".join(f"{k}={v}" for k, v in sorted(caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone).items()))
+    return f"--resources={shlex.quote(resources)} --labels={shlex.quote(labels)}"
+
+
+def _probe(args: argparse.Namespace, source: str | None) -> NodeCapabilities:
+    """Probe one source: None = this machine, ``profile:NAME`` or a recording folder."""
+    from probes import LiveSources, RecordedSources, RecordingSources, probe_node
+
+    if source is None:
+        sources: Any = LiveSources()
+    elif source.startswith("profile:"):
+        from fabric.profiles import profile_path
+
+        sources = RecordedSources(profile_path(source[len("profile:"):]))
+    else:
+        sources = RecordedSources(source)
+    recorder = RecordingSources(sources) if args.record and not args.all else None
+    caps = probe_node(recorder or sources, name=args.name, roles=tuple(args.role), max_concurrent_tasks=args.max_concurrent_tasks)
+    if recorder is not None:
+        recorder.write(args.record)
+        print(f"recorded {caps.source} to {args.record}", file=sys.stderr)
+    return caps
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.all:
+            from fabric.profiles import profiles
+
+            if args.record:
+                raise ValueError("--record cannot be combined with --all")
+            nodes = [_probe(args, None)] + [_probe(argparse.Namespace(**{**vars(args), "name": None}), f"profile:{n}") for n in profiles()]
+        elif args.profile:
+            nodes = [_probe(args, f"profile:{args.profile}")]
+        else:
+            nodes = [_probe(args, args.recording)]
+    except (ProbeError, ValueError) as exc:
+        print(f"fabric probe: error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    try:
+        text = render(nodes, args.output or ("table" if args.all else "summary"), pool=args.pool, pool_tier=args.pool_tier, zone=args.zone)
+    except ValueError as exc:  # a bad --pool/--zone label value
+        print(f"fabric probe: error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    try:
+        print(text)
+    except BrokenPipeError:  # `fabric probe --json | head`
+        sys.stderr.close()
+    return 0
+
+
+def render(nodes: list[NodeCapabilities], output: str, **labels: Any) -> str:
+    """``nodes`` in one of the output formats (several nodes: JSON lists, one block per node)."""
+    from probes.report import format_summary, format_table
+
+    if output == "table":
+        return format_table(nodes)
+    if output == "summary":
+        return "\n\n".join(format_summary(c) for c in nodes)
+    if output == "json":
+        data = [c.model_dump(mode="json") for c in nodes]
+        return json.dumps(data[0] if len(data) == 1 else data, indent=2)
+    if output == "ray-labels":
+        data = [c.to_ray_labels(**labels) for c in nodes]
+        return json.dumps(data[0] if len(data) == 1 else data, indent=2, sort_keys=True)
+    if output == "k3s-labels":
+        data = [c.to_k3s_labels() for c in nodes]
+        return json.dumps(data[0] if len(data) == 1 else data, indent=2, sort_keys=True)
+    if output == "ray-start-args":
+        return "\n".join(ray_start_args(c, **labels) for c in nodes)
+    raise ValueError(f"unknown output {output!r}")
