@@ -51,7 +51,7 @@ _LAZY: dict[str, str] = {
     "up": "fabric.runtime",
     "down": "fabric.runtime",
     "FabricHandle": "fabric.runtime",
-    "NodeAssignment": "fabric.runtime",
+    "NodeAssignment": "fabric.scheduling",
 }
 
 

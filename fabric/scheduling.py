@@ -1,0 +1,365 @@
+"""The scheduler's decision core (pure): seed 002's adaptive scheduler and reconfiguration engine.
+
+The ``SchedulerActor`` turns Ray and registry facts into calls on ``SchedulerCore`` and carries out
+what comes back; everything that decides lives here, so hours of queueing, draining and node churn
+replay in milliseconds with an injected clock (Dask's ``handle_stimulus`` habit).
+
+What it owns:
+- a ``FleetView`` kept current by node events (joined, changed, lost, cordoned, drained);
+- the allocations of work it placed (released when the work ends, dropped with a lost node);
+- the deferred queue: priority first, then FIFO; retried on every capacity event (a node joins,
+  work ends, a node is uncordoned) and expired at its deadline;
+- the counters behind ``handle.metrics()`` and seed 002's ``fallback_count``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from fabric.errors import CapacityError, NodeNotFoundError
+from fabric.lifecycle import NodeStatus
+from fabric.placement import Allocation, Decision, FleetView, NodeRecord, PlacementContext, Requirement, place
+from fabric.settings import FabricSettings
+from fabric.tiers import TIERS_BEST_FIRST, ComputeTier
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAssignment:
+    """Seed 002's ``select_worker`` answer: ``assigned`` to a node, or ``deferred`` with a reason."""
+
+    status: str
+    """``assigned`` or ``deferred``."""
+    node_id: str | None = None
+    tier: ComputeTier | None = None
+    """The compute level the work was placed at (``fallback_levels`` below its ``min_tier``)."""
+    reason: str = ""
+    node_name: str | None = None
+    node_tier: ComputeTier | None = None
+    """The chosen node's own tier (at or above ``tier``)."""
+    fallback_levels: int = 0
+    allocation_id: int | None = None
+    """Set when the assignment holds a reservation that must be released."""
+
+    @classmethod
+    def from_decision(cls, d: Decision, *, reserved: bool) -> "NodeAssignment":
+        if d.status == "placed":
+            return cls("assigned", d.node_id, d.tier, d.reason, d.node_name, d.node_tier, d.fallback_levels,
+                       d.allocation.allocation_id if (reserved and d.allocation is not None) else None)
+        reason = d.reason if d.status == "deferred" else f"needs a new node ({d.shape.name if d.shape else '?'}); {d.reason}".rstrip("; ")
+        return cls("deferred", None, d.tier, reason or "no capacity")
+
+
+# -- instructions the core hands back to the actor ------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A queued request found a node: dispatch it there."""
+
+    request_id: str
+    assignment: NodeAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """A queued request waited past its deadline: fail it with this error."""
+
+    request_id: str
+    error: CapacityError
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDraining:
+    """A drained node has no fabric work left (or its grace ran out): set its registry status."""
+
+    node_id: str
+
+
+Instruction = Placed | Expired | MarkDraining
+
+
+@dataclass(order=True)
+class _Queued:
+    sort_key: tuple
+    request_id: str = field(compare=False)
+    requirement: Requirement = field(compare=False)
+    context: PlacementContext | None = field(compare=False)
+    deadline: float = field(compare=False)
+    enqueued_at: float = field(compare=False)
+    cancelled: bool = field(default=False, compare=False)
+
+
+@dataclass
+class _Drain:
+    node_id: str
+    deadline: float
+
+
+class SchedulerCore:
+    """Placement with memory: the fleet, what was placed on it, and what is waiting."""
+
+    def __init__(self, settings: FabricSettings | None = None, *, clock: Clock = time.monotonic) -> None:
+        self.settings = settings if settings is not None else FabricSettings()
+        self.clock = clock
+        self.fleet = FleetView(settings=self.settings)
+        self.allocations: dict[int, Allocation] = {}
+        self._by_node: dict[str, set[int]] = {}
+        self._queue: list[_Queued] = []
+        self._queued: dict[str, _Queued] = {}
+        self._seq = itertools.count()
+        self._drains: dict[str, _Drain] = {}
+        self.counters = {
+            "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
+            "placements_deferred": 0, "queue_expired": 0, "released": 0, "fallbacks": 0,
+            "nodes_joined": 0, "nodes_lost": 0, "work_lost_with_node": 0, "select_worker_calls": 0,
+        }
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def fallback_count(self) -> int:
+        """Decisions placed below their ``min_tier`` since start (seed 002's verification)."""
+        return self.counters["fallbacks"]
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queued)
+
+    def node(self, node_id: str) -> NodeRecord:
+        return self.fleet.node(node_id)
+
+    def metrics(self) -> dict:
+        """Counters since start plus gauges computed now: per-tier nodes, running, utilisation."""
+        tiers: dict[str, dict] = {}
+        for rec in self.fleet.records():
+            t = tiers.setdefault(rec.tier.value, {"nodes": 0, "placeable": 0, "running": 0, "slots": 0})
+            t["nodes"] += 1
+            t["placeable"] += int(rec.placeable)
+            t["running"] += rec.running
+            t["slots"] += rec.slots
+        for t in tiers.values():
+            t["utilization"] = round(t["running"] / t["slots"], 4) if t["slots"] else 0.0
+        ordered = {tier.value: tiers[tier.value] for tier in TIERS_BEST_FIRST if tier.value in tiers}
+        return {**self.counters, "queue_depth": self.queue_depth, "nodes": len(self.fleet),
+                "running": sum(len(v) for v in self._by_node.values()), "tiers": ordered}
+
+    # -- work -----------------------------------------------------------------------------------
+    def place(self, req: Requirement, ctx: PlacementContext | None = None, *, request_id: str | None = None,
+              queue: bool = False, priority: int = 0, timeout_s: float | None = None) -> NodeAssignment:
+        """Place ``req`` now and reserve the node. Deferred work with ``queue`` waits in the
+        deferred queue under ``request_id`` (``timeout_s`` defaults to the settings' queue timeout).
+
+        A hard requirement (no fallback) that no node in the fleet serves at all raises
+        ``CapacityError`` at once: waiting would not help unless a new node joins, and seed 002
+        says such work hard-fails. Busy is not absent: a full CUDA node means wait."""
+        self.counters["placements_attempted"] += 1
+        d = place(self.fleet, req, ctx)
+        if d.status == "placed":
+            self._commit(d)
+            return NodeAssignment.from_decision(d, reserved=True)
+        if req.hard and not self._any_node_serves(req.min_tier, req.pool):
+            self.counters["placements_failed"] += 1
+            raise CapacityError(
+                f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
+                requirement=repr(req), reason="no node serves the tier",
+            )
+        self.counters["placements_deferred"] += 1
+        assignment = NodeAssignment.from_decision(d, reserved=False)
+        if queue:
+            if request_id is None:
+                raise ValueError("queued placement needs a request_id")
+            self._enqueue(request_id, req, ctx, priority, timeout_s)
+        return assignment
+
+    def select_worker(self, req: Requirement) -> NodeAssignment:
+        """Seed 002's ``select_worker``: where would this run now? Counts fallbacks like a real
+        placement but holds no reservation (nothing will release it)."""
+        self.counters["select_worker_calls"] += 1
+        d = place(self.fleet, req)
+        if d.status == "placed" and d.fallback_levels > 0:
+            self.counters["fallbacks"] += 1
+        return NodeAssignment.from_decision(d, reserved=False)
+
+    def release(self, allocation_ids: Iterable[int]) -> list[Instruction]:
+        """Work ended: give its reservations back, then let the queue try again."""
+        freed = False
+        for aid in allocation_ids:
+            a = self.allocations.pop(aid, None)
+            if a is None:
+                continue  # already dropped with its node, or released twice
+            self._by_node.get(a.node_id, set()).discard(aid)
+            self.fleet.release(a)
+            self.counters["released"] += 1
+            freed = True
+        out: list[Instruction] = []
+        out.extend(self._check_drains())
+        if freed:
+            out.extend(self.drain_queue())
+        return out
+
+    def cancel(self, request_id: str) -> bool:
+        """Forget a queued request (its caller went away)."""
+        q = self._queued.pop(request_id, None)
+        if q is None:
+            return False
+        q.cancelled = True
+        return True
+
+    # -- fleet events (seed 002's reconfiguration engine) ------------------------------------------
+    def node_joined(self, rec: NodeRecord) -> list[Instruction]:
+        """New (or returning) capacity: add it and drain the queue onto it."""
+        fresh = rec.node_id not in self.fleet
+        self.fleet.add(rec)
+        if fresh:
+            self.counters["nodes_joined"] += 1
+        return self.drain_queue()
+
+    def node_changed(self, node_id: str, **changes) -> list[Instruction]:
+        """A node's facts changed (re-probe, demotion to a lower tier, status, flap hold...)."""
+        if node_id not in self.fleet:
+            return []
+        self.fleet.update(node_id, **changes)
+        return self.drain_queue()
+
+    def node_lost(self, node_id: str) -> list[Instruction]:
+        """Capacity removed: forget the node and its reservations. Work that was running there is
+        re-placed by the dispatch layer (Ray retries it within the floor); the queue is unaffected."""
+        rec = self.fleet.remove(node_id)
+        if rec is not None:
+            self.counters["nodes_lost"] += 1
+        for aid in self._by_node.pop(node_id, set()):
+            if self.allocations.pop(aid, None) is not None:
+                self.counters["work_lost_with_node"] += 1
+        self._drains.pop(node_id, None)
+        return []
+
+    def cordon(self, node_id: str) -> None:
+        """No new placements on the node; running work is left alone."""
+        self.fleet.update(node_id, cordoned=True)
+
+    def uncordon(self, node_id: str) -> list[Instruction]:
+        """The node takes work again (a pending drain is withdrawn)."""
+        self._drains.pop(node_id, None)
+        self.fleet.update(node_id, cordoned=False)
+        return self.drain_queue()
+
+    def drain(self, node_id: str, grace_s: float | None = None) -> list[Instruction]:
+        """Cordon now; when the node's fabric work has ended, or ``grace_s`` (default: the
+        settings' drain grace) has passed, mark it draining."""
+        self.cordon(node_id)
+        grace = self.settings.health.drain_grace_s if grace_s is None else grace_s
+        self._drains[node_id] = _Drain(node_id, self.clock() + grace)
+        return self._check_drains()
+
+    def running_on(self, node_id: str) -> int:
+        """Fabric work this scheduler placed on the node and has not seen end."""
+        return len(self._by_node.get(node_id, ()))
+
+    # -- time ------------------------------------------------------------------------------------
+    def tick(self) -> list[Instruction]:
+        """Expire queued work past its deadline and finish drains whose grace ran out."""
+        now = self.clock()
+        out: list[Instruction] = []
+        for q in list(self._queued.values()):
+            if q.deadline <= now:
+                self._queued.pop(q.request_id, None)
+                q.cancelled = True
+                self.counters["queue_expired"] += 1
+                waited = now - q.enqueued_at
+                out.append(Expired(q.request_id, CapacityError(
+                    f"no node at or above {q.requirement.floor} took the work within {waited:.1f}s "
+                    f"(asked for {q.requirement.min_tier})",
+                    requirement=repr(q.requirement), reason="queue timeout", waited_s=round(waited, 3),
+                )))
+        out.extend(self._check_drains())
+        return out
+
+    def drain_queue(self) -> list[Instruction]:
+        """Place what the queue can now hold, in priority-then-FIFO order. Once one request of a
+        requirement class fails in this pass, the rest of that class is skipped: the fleet only
+        fills up during a pass, so they would fail too."""
+        if not self._queued:
+            return []
+        out: list[Instruction] = []
+        failed_classes: set[tuple] = set()
+        keep: list[_Queued] = []
+        while self._queue:
+            q = heapq.heappop(self._queue)
+            if q.cancelled:
+                continue
+            key = (q.requirement.class_key, q.context)
+            if key in failed_classes:
+                keep.append(q)
+                continue
+            d = place(self.fleet, q.requirement, q.context)
+            if d.status == "placed":
+                self._commit(d)
+                self._queued.pop(q.request_id, None)
+                out.append(Placed(q.request_id, NodeAssignment.from_decision(d, reserved=True)))
+            else:
+                failed_classes.add(key)
+                keep.append(q)
+        for q in keep:
+            heapq.heappush(self._queue, q)
+        return out
+
+    # -- restart reconciliation -------------------------------------------------------------------
+    def adopt(self, allocation: Allocation) -> bool:
+        """Re-learn an allocation after a restart (work that reported in as still running)."""
+        if allocation.node_id not in self.fleet or allocation.allocation_id in self.allocations:
+            return False
+        self.fleet.reserve(allocation)
+        self._track(allocation)
+        return True
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _commit(self, d: Decision) -> None:
+        a = self.fleet.commit(d)
+        self.counters["placements_succeeded"] += 1
+        if d.fallback_levels > 0:
+            self.counters["fallbacks"] += 1
+        if a is not None:
+            self._track(a)
+
+    def _track(self, a: Allocation) -> None:
+        self.allocations[a.allocation_id] = a
+        self._by_node.setdefault(a.node_id, set()).add(a.allocation_id)
+
+    def _enqueue(self, request_id: str, req: Requirement, ctx: PlacementContext | None, priority: int,
+                 timeout_s: float | None) -> None:
+        now = self.clock()
+        timeout = self.settings.queue_timeout_s if timeout_s is None else timeout_s
+        q = _Queued((-priority, next(self._seq)), request_id, req, ctx, now + timeout, now)
+        old = self._queued.get(request_id)
+        if old is not None:
+            old.cancelled = True
+        self._queued[request_id] = q
+        heapq.heappush(self._queue, q)
+
+    def _any_node_serves(self, tier: ComputeTier, pool: str | None) -> bool:
+        pool = pool or self.fleet.default_pool
+        return any(
+            r.tier >= tier and r.pool == pool and r.status in (NodeStatus.ACTIVE, NodeStatus.DRAINING)
+            for r in self.fleet.records()
+        )
+
+    def _check_drains(self) -> list[Instruction]:
+        if not self._drains:
+            return []
+        now = self.clock()
+        out: list[Instruction] = []
+        for node_id, dr in list(self._drains.items()):
+            if node_id not in self.fleet:
+                self._drains.pop(node_id)
+                continue
+            if self.running_on(node_id) == 0 or dr.deadline <= now:
+                self._drains.pop(node_id)
+                try:
+                    self.fleet.update(node_id, status=NodeStatus.DRAINING)
+                except NodeNotFoundError:  # pragma: no cover - removed concurrently
+                    continue
+                out.append(MarkDraining(node_id))
+        return out
