@@ -24,9 +24,10 @@ if TYPE_CHECKING:  # pragma: no cover
 _ALLOC_IDS = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Allocation:
-    """What one placed decision reserves on its node; ``FleetView.release`` gives it back."""
+    """What one placed decision reserves on its node; ``FleetView.release`` gives it back.
+    Treat it as immutable (not frozen only because a frozen dataclass is slow to build)."""
 
     node_id: str
     cpus: float = 0.0
@@ -93,23 +94,28 @@ class PlacementTrace:
         return self._decided
 
     def verdicts(self) -> dict[str, str]:
-        """Every node's verdict at the last existing-node step walked: its first failing filter,
-        or ``survivor``."""
-        out: dict[str, str] = {}
-        for step in self.steps:
-            if step.kind != "existing":
-                continue
-            out = dict(step.verdicts)
-            for _, nid in step.survivors:
-                out[nid] = "survivor"
+        """Every node's verdict at the deciding step (the last existing-node step walked when
+        nothing was placed): its first failing filter, or ``survivor``."""
+        step = self._main_step()
+        if step is None:
+            return {}
+        out = dict(step.verdicts)
+        for _, nid in step.survivors:
+            out[nid] = "survivor"
         return out
+
+    def _main_step(self) -> "TraceStep | None":
+        steps = [s for s in self.steps if s.kind == "existing"]
+        if self._decided is not None:
+            for s in steps:
+                if (s.level.value, s.pool_tier) == self._decided:
+                    return s
+        return steps[-1] if steps else None
 
     def survivors(self) -> list[tuple[tuple, str]]:
         """(key, node id) of the survivors at the deciding step (or the last step), best first."""
-        for step in reversed(self.steps):
-            if step.kind == "existing" and (self._decided is None or (step.level.value, step.pool_tier) == self._decided):
-                return list(step.survivors)
-        return []
+        step = self._main_step()
+        return list(step.survivors) if step is not None else []
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PlacementTrace):

@@ -22,7 +22,7 @@ from fabric.placement import reference, walk
 from fabric.placement.context import TASK_CONTEXT, PlacementContext
 from fabric.placement.decision import Decision, PlacementTrace
 from fabric.placement.filters import SLOT_FILTERS, Query, choose_gpus, first_failing, may_provision, provision_shape
-from fabric.placement.fleet import FleetView
+from fabric.placement.fleet import CPU_CLASSES, FleetView, cpu_classes_for
 from fabric.placement.keys import placement_key, resilience_violations
 from fabric.placement.records import EPS, NodeRecord
 from fabric.placement.requirement import Requirement
@@ -43,7 +43,7 @@ def place(fleet: FleetView, req: Requirement, ctx: PlacementContext | None = Non
     pts = fleet.pool_tiers.get(pool_name)
     if pts is None:
         d = walk.deferred(walk.unknown_pool_reason(pool_name), req, ctx, pool_name, None)
-    elif ctx.target_node is None and ctx.simple:
+    elif ctx is TASK_CONTEXT or (ctx.target_node is None and ctx.simple):
         d = _place_simple(fleet, req, ctx, pool_name, pts)
     else:
         d = _place_general(fleet, req, ctx, pool_name, pts)
@@ -131,33 +131,62 @@ def _make_fits(req: Requirement, ctx: PlacementContext) -> Callable[[NodeRecord]
     return fits
 
 
-def _search(fleet: FleetView, pool: str, pt: str, ranks: Iterable[int], avoid: bool, fits) -> "tuple[NodeRecord, tuple] | None":
-    """The first node in key order (launching, avoided spare, tier, packing, id) that fits."""
+_PLAN_CACHE_MAX = 4096
+
+
+def _plan(fleet: FleetView, req: Requirement, pool: str, pts) -> list:
+    """Per level: [(level, pool tier, segments)], where segments holds, for launching False then
+    True, one tuple of bucket lists (the free-CPU classes that may fit) per tier in key order.
+    Bucket lists are long-lived objects of the fleet, so a plan stays valid; it is cached per
+    requirement on the fleet."""
+    plan = fleet._plans.get(req)
+    if plan is not None:
+        return plan
     buckets = fleet.buckets
-    records = fleet._records
-    ranks = tuple(ranks)
-    for launching in (False, True):
-        lists = [lst for r in ranks if (lst := buckets.get((pool, pt, r, launching)))]
-        if not lists:
-            continue
-        if not avoid:
-            for lst in lists:
-                for _, nid in lst:
-                    rec = records[nid]
-                    g = fits(rec)
-                    if g is not None:
-                        return rec, g
-            continue
-        for spare_pass in _SPARE_PASSES_AVOID:
-            for lst in lists:
-                for _, nid in lst:
-                    rec = records[nid]
-                    if (rec.spare and rec.running == 0 and not rec.jobs) is not spare_pass:
+    classes = cpu_classes_for(req.num_cpus)
+    plan = []
+    for rank in range(req.min_tier.rank, req.floor.rank - 1, -1):
+        ranks = _first_level_ranks(req) if rank == req.min_tier.rank else (rank,)
+        for pt in pts:
+            segments = tuple(
+                tuple(tuple(fleet._bucket((pool, pt.name, r, launching, c)) for c in classes) for r in ranks)
+                for launching in (False, True)
+            )
+            plan.append((rank, pt, segments))
+    if len(fleet._plans) >= _PLAN_CACHE_MAX:
+        fleet._plans.clear()
+    fleet._plans[req] = plan
+    return plan
+
+
+def _search(records: dict, segments: tuple, avoid: bool, fits) -> "tuple[NodeRecord, tuple] | None":
+    """The first node in key order (launching, avoided spare, tier, packing, id) that fits.
+
+    Within one tier the free-CPU class lists are each sorted by (packing, id); the first fit of
+    each list is found and the smallest of those wins (a merge without merging)."""
+    for tiers in segments:  # booted, then launching
+        for spare_pass in (_SPARE_PASSES_AVOID if avoid else _NO_PASS):
+            for class_lists in tiers:  # tiers in key order
+                best = None
+                for lst in class_lists:
+                    if not lst:
                         continue
-                    g = fits(rec)
-                    if g is not None:
-                        return rec, g
+                    for entry in lst:
+                        if best is not None and entry > best[0]:
+                            break
+                        rec = records[entry[1]]
+                        if spare_pass is not None and (rec.spare and rec.running == 0 and not rec.jobs) is not spare_pass:
+                            continue
+                        g = fits(rec)
+                        if g is not None:
+                            best = (entry, rec, g)
+                            break
+                if best is not None:
+                    return best[1], best[2]
     return None
+
+
+_NO_PASS = (None,)
 
 
 def _first_level_ranks(req: Requirement) -> range:
@@ -167,28 +196,42 @@ def _first_level_ranks(req: Requirement) -> range:
 
 
 def _place_simple(fleet: FleetView, req: Requirement, ctx: PlacementContext, pool: str, pts) -> Decision:
-    fits = _make_fits(req, ctx)
-    avoid = ctx.avoid_spares
+    if ctx is TASK_CONTEXT:
+        fits = _TASK_FITS.get(req)
+        if fits is None:
+            if len(_TASK_FITS) >= _PLAN_CACHE_MAX:
+                _TASK_FITS.clear()
+            fits = _TASK_FITS[req] = _make_fits(req, ctx)
+        avoid = True
+    else:
+        fits = _make_fits(req, ctx)
+        avoid = ctx.avoid_spares
+    records = fleet._records
     min_rank = req.min_tier.rank
     provision_first = req.scale == "provision_first"
-    for rank in range(min_rank, req.floor.rank - 1, -1):
-        ranks = _first_level_ranks(req) if rank == min_rank else (rank,)
-        for pt in pts:
-            hit = _search(fleet, pool, pt.name, ranks, avoid, fits)
-            if hit is not None:
-                rec, gpus = hit
-                return walk.placed(rec, req, ctx, _TIER[rank], pool, pt.name, gpus, (), None)
-        if rank == min_rank and req.when_full == "wait":
-            d = _provision_level(fleet, req, ctx, _TIER[rank], pool, pts)
-            if d is not None:
-                return d
-            if _some_node_only_full(fleet, req, ctx, pool, pts):
-                return walk.deferred(walk.waiting_reason(req), req, ctx, pool, None)
-        if provision_first:
-            d = _provision_level(fleet, req, ctx, _TIER[rank], pool, pts)
-            if d is not None:
-                return d
+    last_pt = pts[-1]
+    for rank, pt, segments in _plan(fleet, req, pool, pts):
+        hit = _search(records, segments, avoid, fits)
+        if hit is not None:
+            rec, gpus = hit
+            return walk.placed(rec, req, ctx, _TIER[rank], pool, pt.name, gpus, (), None)
+        if pt is last_pt:
+            if rank == min_rank and req.when_full == "wait":
+                d = _provision_level(fleet, req, ctx, _TIER[rank], pool, pts)
+                if d is not None:
+                    return d
+                if _some_node_only_full(fleet, req, ctx, pool, pts):
+                    return walk.deferred(walk.waiting_reason(req), req, ctx, pool, None)
+            if provision_first:
+                d = _provision_level(fleet, req, ctx, _TIER[rank], pool, pts)
+                if d is not None:
+                    return d
     return _provision_or_defer(fleet, req, ctx, pool, pts, provision_first)
+
+
+#: ``fits`` closures for plain tasks (``TASK_CONTEXT``), per requirement: they read only the
+#: requirement, so they are shared by every fleet.
+_TASK_FITS: dict = {}
 
 
 def _provision_level(fleet: FleetView, req, ctx, level: ComputeTier, pool: str, pts) -> Decision | None:
@@ -232,8 +275,9 @@ def _candidates(fleet: FleetView, ctx: PlacementContext, pool: str, pt: str, ran
     out = []
     for r in ranks:
         for launching in (False, True):
-            for _, nid in fleet.buckets.get((pool, pt, r, launching), ()):
-                out.append(records[nid])
+            for c in range(CPU_CLASSES):
+                for _, nid in fleet.buckets.get((pool, pt, r, launching, c), ()):
+                    out.append(records[nid])
     return out
 
 

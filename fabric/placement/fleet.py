@@ -6,10 +6,12 @@ The scheduler keeps one and feeds it events: node added / changed / removed, res
 
 Besides ``node_id -> record`` the view keeps the indexes the fast engine walks:
 
-- ``buckets[(pool, pool tier, tier rank, launching)]``: a sorted list of ``(packing key,
-  node id)`` holding only *placeable* nodes (active, not held, not cordoned, a free slot) —
-  the packing key is ``load`` under spread and ``-load`` under binpack, so the list is already
-  in key order for component 8 and 10 within one tier;
+- ``buckets[(pool, pool tier, tier rank, launching, free-CPU class)]``: a sorted list of
+  ``(packing key, node id)`` holding only *placeable* nodes (active, not held, not cordoned, a
+  free slot) — the packing key is ``load`` under spread and ``-load`` under binpack, so a list
+  is already in key order for components 8 and 10; the free-CPU class lets a request skip
+  nodes that cannot have its CPUs free (a GPU node whose CPUs are all reserved, say) without
+  looking at them;
 - ``members[(pool, pool tier, tier rank)]``: every node id of that segment (for the
   ``when_full="wait"`` check, which must see full nodes too);
 - ``counts[(pool, pool tier)]``: nodes counting toward ``max_nodes`` (launching included).
@@ -17,17 +19,33 @@ Besides ``node_id -> record`` the view keeps the indexes the fast engine walks:
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from fabric.errors import NodeNotFoundError
 from fabric.lifecycle import NodeStatus
 from fabric.placement.decision import Allocation, Decision
-from fabric.placement.records import NodeRecord
+from fabric.placement.records import EPS, GENERATIONS, NodeRecord, compute_load
 from fabric.settings import FabricSettings, PoolTier
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
+
+#: Free-CPU class bounds: a node is in class k when ``CPU_BOUNDS[k-1] <= free + EPS < CPU_BOUNDS[k]``.
+#: A request for ``c`` CPUs can skip every class whose upper bound is ``<= c`` (``cpu_classes_for``).
+CPU_BOUNDS = (0.5, 1.0, 2.0, 4.0)
+CPU_CLASSES = len(CPU_BOUNDS) + 1
+
+
+def cpu_class(rec: NodeRecord) -> int:
+    """The free-CPU class of ``rec`` (0: under half a CPU free ... 4: four or more)."""
+    return bisect_right(CPU_BOUNDS, rec._cpu_total - rec.reserved_cpus + EPS)
+
+
+def cpu_classes_for(num_cpus: float) -> range:
+    """Free-CPU classes that may hold a node able to take ``num_cpus``."""
+    return range(bisect_right(CPU_BOUNDS, num_cpus), CPU_CLASSES)
+
 
 _USAGE_FIELDS = ("running", "reserved_cpus", "reserved_memory_mib", "gpu_reserved", "ports", "jobs", "exclusive_job")
 
@@ -49,20 +67,40 @@ class PlacementStats:
 
 
 class FleetSnapshot:
-    """A frozen view of the records at one moment (what a lazy trace replays against)."""
+    """A frozen view of the records at one moment (what a lazy trace replays against).
 
-    __slots__ = ("settings", "_records")
+    Taking one is O(1): it holds the fleet's last full copy (``base``) and the journal of record
+    replacements since, up to its own length; the dict is rebuilt only when read."""
 
-    def __init__(self, records: dict[str, NodeRecord], settings: FabricSettings) -> None:
+    __slots__ = ("settings", "_base", "_journal", "_upto", "_records")
+
+    def __init__(self, records: "dict[str, NodeRecord] | None", settings: FabricSettings, *,
+                 base: "dict[str, NodeRecord] | None" = None, journal: "list | None" = None, upto: int = 0) -> None:
         self.settings = settings
         self._records = records
+        self._base = base
+        self._journal = journal
+        self._upto = upto
+
+    def _materialise(self) -> dict[str, NodeRecord]:
+        if self._records is None:
+            recs = dict(self._base or {})
+            for nid, rec in (self._journal or [])[: self._upto]:
+                if rec is None:
+                    recs.pop(nid, None)
+                else:
+                    recs[nid] = rec
+            self._records = recs
+            self._base = self._journal = None
+        return self._records
 
     def records(self) -> list[NodeRecord]:
         """Every record, in node id order."""
-        return [self._records[k] for k in sorted(self._records)]
+        recs = self._materialise()
+        return [recs[k] for k in sorted(recs)]
 
     def get(self, node_id: str) -> NodeRecord | None:
-        return self._records.get(node_id)
+        return self._materialise().get(node_id)
 
 
 class FleetView:
@@ -88,6 +126,18 @@ class FleetView:
         self.members: dict[tuple, set[str]] = {}
         self.counts: dict[tuple[str, str], int] = {}
         self.stats = PlacementStats()
+        self._cow_gen = 0
+        self._base: "dict[str, NodeRecord] | None" = None
+        self._journal: "list | None" = None
+        """Records of this generation or older may be shared with a snapshot/copy: copy before writing."""
+        self._plans: dict = {}
+        """Per-requirement search plans of the fast engine (references into ``buckets``)."""
+        for p in self.settings.pools:
+            for t in p.tiers:
+                for rank in range(11):
+                    for launching in (False, True):
+                        for c in range(CPU_CLASSES):
+                            self.buckets[(p.name, t.name, rank, launching, c)] = []
         for rec in nodes:
             self.add(rec)
 
@@ -121,12 +171,31 @@ class FleetView:
 
     def snapshot(self) -> FleetSnapshot:
         """The records as they are now (a shallow copy)."""
-        return FleetSnapshot(dict(self._records), self.settings)
+        self._cow_gen = next(GENERATIONS)  # every record that exists now is shared from here on
+        if self._journal is None or len(self._journal) > max(64, len(self._records) // 4):
+            self._base, self._journal = dict(self._records), []
+        return FleetSnapshot(None, self.settings, base=self._base, journal=self._journal, upto=len(self._journal))
+
+    def _put(self, node_id: str, rec: "NodeRecord | None") -> None:
+        """Replace (or with None remove) a record, journalling it for O(1) snapshots."""
+        if rec is None:
+            self._records.pop(node_id, None)
+        else:
+            self._records[node_id] = rec
+        j = self._journal
+        if j is not None:
+            if len(j) > 4 * max(64, len(self._records)):
+                self._journal = self._base = None  # nobody is snapshotting: stop journalling
+            else:
+                j.append((node_id, rec))
 
     def copy(self) -> "FleetView":
         """An independent working copy (indexes copied, records shared, counters copied)."""
         new = FleetView.__new__(FleetView)
         new.__dict__.update(self.__dict__)
+        self._cow_gen = new._cow_gen = next(GENERATIONS)
+        new._plans = {}
+        new._base = new._journal = None
         new._records = dict(self._records)
         new.buckets = {k: list(v) for k, v in self.buckets.items()}
         new.members = {k: set(v) for k, v in self.members.items()}
@@ -153,7 +222,7 @@ class FleetView:
             rec = rec.evolve(**changes)
         if old is not None:
             self._unindex(old)
-        self._records[rec.node_id] = rec
+        self._put(rec.node_id, rec)
         self._index(rec)
         return rec
 
@@ -163,8 +232,9 @@ class FleetView:
 
     def remove(self, node_id: str) -> NodeRecord | None:
         """Forget a node (lost); returns its last record."""
-        rec = self._records.pop(node_id, None)
+        rec = self._records.get(node_id)
         if rec is not None:
+            self._put(node_id, None)
             self._unindex(rec)
         return rec
 
@@ -181,70 +251,86 @@ class FleetView:
 
     def reserve(self, a: Allocation) -> NodeRecord:
         """Apply an allocation to its node (also used to rebuild state after a restart)."""
-        rec = self.node(a.node_id)
-        usage: dict = {"running": rec.running + a.slots}
+        rec, d, before = self._writable(a.node_id)
+        d["running"] = d["running"] + a.slots
         if a.cpus:
-            usage["reserved_cpus"] = round(rec.reserved_cpus + a.cpus, 9)
+            d["reserved_cpus"] = round(d["reserved_cpus"] + a.cpus, 9)
         if a.memory_mib:
-            usage["reserved_memory_mib"] = round(rec.reserved_memory_mib + a.memory_mib, 9)
+            d["reserved_memory_mib"] = round(d["reserved_memory_mib"] + a.memory_mib, 9)
         if a.gpu_positions:
-            g = list(rec.gpu_reserved)
+            g = list(d["gpu_reserved"])
             for i in a.gpu_positions:
                 g[i] = round(g[i] + a.gpu_fraction, 9)
-            usage["gpu_reserved"] = tuple(g)
+            d["gpu_reserved"] = tuple(g)
         if a.ports:
-            usage["ports"] = rec.ports.union(a.ports)
+            d["ports"] = d["ports"].union(a.ports)
         if a.job_id is not None:
-            usage["jobs"] = rec.jobs | {a.job_id}
+            d["jobs"] = d["jobs"] | {a.job_id}
             if a.exclusive:
-                usage["exclusive_job"] = a.job_id
-        return self._replace_usage(rec, usage)
+                d["exclusive_job"] = a.job_id
+        self._usage_changed(rec, d, before)
+        return rec
 
     def release(self, a: Allocation) -> NodeRecord | None:
         """Give an allocation back (work ended). A node already removed is ignored."""
-        rec = self._records.get(a.node_id)
-        if rec is None:
+        if a.node_id not in self._records:
             return None
-        usage: dict = {"running": max(0, rec.running - a.slots)}
+        rec, d, before = self._writable(a.node_id)
+        d["running"] = max(0, d["running"] - a.slots)
         if a.cpus:
-            usage["reserved_cpus"] = max(0.0, round(rec.reserved_cpus - a.cpus, 9))
+            d["reserved_cpus"] = max(0.0, round(d["reserved_cpus"] - a.cpus, 9))
         if a.memory_mib:
-            usage["reserved_memory_mib"] = max(0.0, round(rec.reserved_memory_mib - a.memory_mib, 9))
+            d["reserved_memory_mib"] = max(0.0, round(d["reserved_memory_mib"] - a.memory_mib, 9))
         if a.gpu_positions:
-            g = list(rec.gpu_reserved)
+            g = list(d["gpu_reserved"])
             for i in a.gpu_positions:
                 g[i] = max(0.0, round(g[i] - a.gpu_fraction, 9))
-            usage["gpu_reserved"] = tuple(g)
+            d["gpu_reserved"] = tuple(g)
         if a.ports:
-            usage["ports"] = rec.ports.difference(a.ports)
+            d["ports"] = d["ports"].difference(a.ports)
         if a.job_id is not None:
-            usage["jobs"] = rec.jobs - {a.job_id}
-            if rec.exclusive_job == a.job_id:
-                usage["exclusive_job"] = None
+            d["jobs"] = d["jobs"] - {a.job_id}
+            if d["exclusive_job"] == a.job_id:
+                d["exclusive_job"] = None
         self.stats.released += 1
-        return self._replace_usage(rec, usage)
+        self._usage_changed(rec, d, before)
+        return rec
 
     # -- indexes -------------------------------------------------------------------------------------
-    def _replace_usage(self, rec: NodeRecord, usage: dict) -> NodeRecord:
-        new = rec._with_usage(**usage)
-        was, now = rec.placeable, new.placeable
-        if was and now and new._load == rec._load:
-            self._records[rec.node_id] = new
-            return new
-        pool, pt = rec.pool, rec.pool_tier
-        key = (pool, pt, rec._rank, rec.launching)
-        binpack = self._binpack.get((pool, pt))
-        if binpack is not None:
-            lst = self.buckets.get(key)
-            if was:
-                entry = (-rec._load if binpack else rec._load, rec.node_id)
-                del lst[bisect_left(lst, entry)]  # type: ignore[arg-type]
-            if now:
-                if lst is None:
-                    lst = self.buckets[key] = []
-                insort(lst, (-new._load if binpack else new._load, new.node_id))
-        self._records[rec.node_id] = new
-        return new
+    def _writable(self, node_id: str):
+        """(record, its __dict__, its index entry before the change); copies the record first
+        when a snapshot or copy may hold it (copy-on-write)."""
+        rec = self._records.get(node_id)
+        if rec is None:
+            raise NodeNotFoundError(node_id)
+        before = (rec.running < rec._slots and rec._eligible, rec._load, cpu_class(rec))
+        if rec._gen <= self._cow_gen:
+            rec = rec._copy()
+            self._put(node_id, rec)
+        return rec, rec.__dict__, before
+
+    def _usage_changed(self, rec: NodeRecord, d: dict, before: tuple) -> None:
+        d["_load"] = load = compute_load(rec)
+        was, old_load, old_cls = before
+        now = d["running"] < d["_slots"] and d["_eligible"]
+        new_cls = cpu_class(rec)
+        if was is now and load == old_load and old_cls == new_cls:
+            return
+        binpack = self._binpack.get((rec.pool, rec.pool_tier))  # type: ignore[arg-type]
+        if binpack is None:
+            return
+        head = (rec.pool, rec.pool_tier, rec._rank, rec.launching)
+        if was:
+            lst = self.buckets[head + (old_cls,)]
+            del lst[bisect_left(lst, (-old_load if binpack else old_load, rec.node_id))]
+        if now:
+            insort(self._bucket(head + (new_cls,)), (-load if binpack else load, rec.node_id))
+
+    def _bucket(self, key: tuple) -> list:
+        lst = self.buckets.get(key)
+        if lst is None:
+            lst = self.buckets[key] = []
+        return lst
 
     def _index(self, rec: NodeRecord) -> None:
         seg = (rec.pool, rec.pool_tier)
@@ -255,7 +341,7 @@ class FleetView:
             return  # outside every configured pool tier: never placeable
         self.members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
         if rec.placeable:
-            lst = self.buckets.setdefault((rec.pool, rec.pool_tier, rec._rank, rec.launching), [])
+            lst = self._bucket((rec.pool, rec.pool_tier, rec._rank, rec.launching, cpu_class(rec)))
             insort(lst, (-rec._load if binpack else rec._load, rec.node_id))
 
     def _unindex(self, rec: NodeRecord) -> None:
@@ -267,7 +353,7 @@ class FleetView:
             return
         self.members[(rec.pool, rec.pool_tier, rec._rank)].discard(rec.node_id)
         if rec.placeable:
-            lst = self.buckets[(rec.pool, rec.pool_tier, rec._rank, rec.launching)]
+            lst = self.buckets[(rec.pool, rec.pool_tier, rec._rank, rec.launching, cpu_class(rec))]
             del lst[bisect_left(lst, (-rec._load if binpack else rec._load, rec.node_id))]
 
     def validate(self) -> None:
@@ -284,7 +370,7 @@ class FleetView:
                 continue
             members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
             if rec.placeable:
-                buckets.setdefault((rec.pool, rec.pool_tier, rec._rank, rec.launching), []).append(
+                buckets.setdefault((rec.pool, rec.pool_tier, rec._rank, rec.launching, cpu_class(rec)), []).append(
                     (-rec._load if binpack else rec._load, rec.node_id))
             assert rec.running <= rec.slots, f"{rec.node_id}: {rec.running} running > {rec.slots} slots"
         for v in buckets.values():

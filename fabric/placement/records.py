@@ -4,14 +4,17 @@ A record joins what a probe found (``capabilities``) with live state: status, co
 flap hold, reservations (cpu, memory, per-GPU-device fraction, concurrency slots, host ports),
 bound jobs, hot-spare flags, warmth, zone/cloud, pool and pool tier, launching.
 
-Records are immutable: the fleet replaces a record when something changes (``evolve``), so a
-record handed out is a consistent snapshot, and a snapshot of the fleet is a shallow copy of a
-dict. Values the engine reads on every decision (tier rank, capability tags, free capacity,
+Records are immutable to everyone but their fleet. Node events replace a record (``evolve``);
+reservations (commit/release, the hot path) change the usage fields of a record in place
+*unless* a snapshot or a copy of the fleet was taken since the record was made, in which case
+the fleet copies it first (copy-on-write). So ``fleet.snapshot()`` is a shallow dict copy that
+stays consistent, and a record read from ``fleet.get()`` is the live one. Values the engine reads on every decision (tier rank, capability tags, free capacity,
 load) are derived once, when the record is built, and kept in private attributes.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -22,6 +25,10 @@ from fabric.tiers import ComputeTier
 
 EPS = 1e-9
 """Float slack for capacity comparisons (reservations are sums of fractional amounts)."""
+
+GENERATIONS = itertools.count(1)
+"""Record generations: a fleet may change a record in place only if no snapshot or copy of the
+fleet can have seen it (its generation is newer than the fleet's last snapshot)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +99,8 @@ class NodeRecord:
     _mem_total: float = field(init=False, repr=False, compare=False)
     _gpu_models: tuple = field(init=False, repr=False, compare=False)
     _load: float = field(init=False, repr=False, compare=False)
+    _eligible: bool = field(init=False, repr=False, compare=False)
+    _gen: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         s = object.__setattr__
@@ -123,6 +132,8 @@ class NodeRecord:
         s(self, "_mem_total", float(caps.memory_mib))
         s(self, "_gpu_models", tuple((g.label_name.lower(), g.model.lower()) for g in caps.gpus))
         s(self, "_load", compute_load(self))
+        s(self, "_eligible", self.status is NodeStatus.ACTIVE and not self.flap_held and not self.unhealthy and not self.cordoned)
+        s(self, "_gen", next(GENERATIONS))
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -157,10 +168,7 @@ class NodeRecord:
     @property
     def placeable(self) -> bool:
         """Passes the request-independent filters: active, not held, not cordoned, a free slot."""
-        return (
-            self.status is NodeStatus.ACTIVE and not self.flap_held and not self.unhealthy
-            and not self.cordoned and self.running < self._slots
-        )
+        return self._eligible and self.running < self._slots
 
     # -- changing (returns a new record) -------------------------------------------------------
     def evolve(self, **changes: Any) -> "NodeRecord":
@@ -171,14 +179,12 @@ class NodeRecord:
         kw.update(changes)
         return NodeRecord(**kw)
 
-    def _with_usage(self, **usage: Any) -> "NodeRecord":
-        """Hot-path copy for reservation changes only (running, reserved_*, gpu_reserved, ports,
-        jobs, exclusive_job): no validation, load recomputed."""
+    def _copy(self) -> "NodeRecord":
+        """Hot-path copy (copy-on-write before a reservation change): same data, new generation."""
         new = object.__new__(NodeRecord)
-        d = new.__dict__
-        d.update(self.__dict__)
-        d.update(usage)
-        d["_load"] = compute_load(new)
+        d = self.__dict__.copy()
+        d["_gen"] = next(GENERATIONS)
+        object.__setattr__(new, "__dict__", d)
         return new
 
     # -- serialisation ---------------------------------------------------------------------------

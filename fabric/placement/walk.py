@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from fabric.placement.context import PlacementContext
-from fabric.placement.decision import Allocation, Decision, PlacementTrace
+from fabric.placement.decision import _ALLOC_IDS, Allocation, Decision, PlacementTrace
 from fabric.placement.records import NodeRecord
 from fabric.placement.requirement import Requirement
 from fabric.settings import NodeShape, PoolTier
@@ -50,13 +50,13 @@ def steps(req: Requirement, pool_tiers: tuple[PoolTier, ...]) -> Iterator[tuple[
 def placed(rec: NodeRecord, req: Requirement, ctx: PlacementContext, level: ComputeTier, pool: str, pt: str,
            gpus: tuple[int, ...], violations: tuple[str, ...], trace: PlacementTrace | None) -> Decision:
     """A placed decision with its allocation (one slot, the request's amounts, chosen GPUs)."""
-    gpu_index = rec.capabilities.gpus[gpus[0]].index if gpus else None
-    frac = (1.0 if req.num_gpus > 1 else req.num_gpus) if gpus else 0.0
-    alloc = Allocation(
-        node_id=rec.node_id, cpus=req.num_cpus, memory_mib=req.memory_mib, gpu_index=gpu_index,
-        gpu_fraction=frac, gpu_positions=gpus, ports=req.ports, job_id=ctx.job_id, template=ctx.template,
-        exclusive=req.exclusive,
-    )
+    if gpus:
+        gpu_index = rec.capabilities.gpus[gpus[0]].index
+        frac = 1.0 if req.num_gpus > 1 else req.num_gpus
+    else:
+        gpu_index, frac = None, 0.0
+    alloc = Allocation(rec.node_id, req.num_cpus, req.memory_mib, gpu_index, frac, gpus, req.ports, 1,
+                       ctx.job_id, ctx.template, req.exclusive, next(_ALLOC_IDS))
     return Decision("placed", req, ctx, node_id=rec.node_id, node_name=rec.name, tier=level, node_tier=rec.tier,
                     pool=pool, pool_tier=pt, allocation=alloc, resilience_violations=violations, trace=trace)
 
