@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 __all__ = [
-    "TestEncode", "find_ffmpeg", "parse_encoders", "encoders_to_test", "test_encode_command",
+    "TestEncode", "find_ffmpeg", "parse_encoders", "encoders_to_test", "one_frame_encode_command",
     "run_test_encodes", "parse_test_encode", "format_test_encode", "failure_reason", "is_hardware",
 ]
 
@@ -97,7 +97,7 @@ def encoders_to_test(listed: list[str]) -> list[str]:
     return [e for e in listed if is_hardware(e) or e in SOFTWARE_ENCODERS]
 
 
-def test_encode_command(ffmpeg: str, encoder: str, vaapi_device: str | None = None) -> list[str]:
+def one_frame_encode_command(ffmpeg: str, encoder: str, vaapi_device: str | None = None) -> list[str]:
     """A one-frame encode of a synthetic picture to the null muxer."""
     cmd = [ffmpeg, "-hide_banner", "-nostdin", "-loglevel", "error"]
     if encoder.endswith("_vaapi"):
@@ -117,7 +117,7 @@ def test_encode_command(ffmpeg: str, encoder: str, vaapi_device: str | None = No
 def _run_one(ffmpeg: str, encoder: str, vaapi_device: str | None, timeout: float) -> TestEncode:
     try:
         proc = subprocess.run(
-            test_encode_command(ffmpeg, encoder, vaapi_device), capture_output=True, timeout=timeout,
+            one_frame_encode_command(ffmpeg, encoder, vaapi_device), capture_output=True, timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:

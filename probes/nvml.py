@@ -27,12 +27,16 @@ def _text(value: Any) -> Any:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
-def snapshot_nvml() -> dict[str, Any]:
-    """What NVML says about this machine's NVIDIA devices, as JSON-ready data. Never raises."""
-    try:
-        import pynvml
-    except Exception as exc:  # the binding itself is missing or broken
-        return {"error": type(exc).__name__}
+def snapshot_nvml(binding: Any = None) -> dict[str, Any]:
+    """What NVML says about this machine's NVIDIA devices, as JSON-ready data. Never raises.
+
+    ``binding`` stands in for the ``pynvml`` module (tests pass a fake one)."""
+    if binding is None:
+        try:
+            import pynvml as binding
+        except Exception as exc:  # noqa: BLE001 - the binding itself is missing or broken
+            return {"error": type(exc).__name__}
+    pynvml = binding
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:

@@ -1,0 +1,110 @@
+"""The live probe on this machine (GPU-less: no NVIDIA driver, no /dev/dri, only the bundled
+ffmpeg) says cpu_ffmpeg without raising; ``fabric probe`` prints what it promises and its
+``--ray-start-args`` parse back into the node's resources and labels."""
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+from ray._private.label_utils import parse_node_labels_string
+
+from fabric import ComputeTier, NodeCapabilities
+from fabric.cli import main
+from fabric.profiles import profile_path, profiles
+from probes import LiveSources, RecordedSources, probe_node
+
+GPU_LESS = not Path("/dev/dri").exists() and not Path("/dev/nvidia0").exists()
+
+
+@pytest.fixture(scope="module")
+def live_caps():
+    return probe_node()
+
+
+@pytest.mark.skipif(not GPU_LESS, reason="this assertion is about the GPU-less dev/CI machine")
+def test_live_probe_here_is_cpu_ffmpeg(live_caps):
+    assert live_caps.tier is ComputeTier.CPU_FFMPEG
+    assert live_caps.gpus == () and live_caps.source == "live"
+    assert "libx264" in live_caps.ffmpeg.working  # the imageio-ffmpeg binary really encodes
+    assert not [e for e in live_caps.ffmpeg.working if e.endswith(("_nvenc", "_vaapi", "_qsv", "_amf"))]
+    assert live_caps.limitations.max_concurrent_tasks == max(1, int(live_caps.cpu_usable))
+    assert not [n for n in live_caps.limitations.notes if n.startswith("internal:")]
+
+
+def test_live_probe_respects_affinity(live_caps):
+    assert live_caps.cpu_usable <= len(os.sched_getaffinity(0))
+    assert live_caps.cpu_usable <= live_caps.cpu_logical
+
+
+def test_live_sources_on_an_empty_root_never_raise(tmp_path):
+    src = LiveSources(root=tmp_path)
+    assert src.read_file("sys/class/drm/renderD128/device/vendor") is None
+    assert src.list_dir("sys/class/drm") == [] and src.resolve_link("sys/block/vda") is None
+    assert src.vainfo("renderD128") is None or isinstance(src.vainfo("renderD128"), str)
+
+
+def run_cli(capsys, *argv):
+    code = main(["probe", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_json_here(capsys):
+    code, out, _ = run_cli(capsys, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["tier"] in {t.value for t in ComputeTier} and data["tiers"][0] == data["tier"]
+    if GPU_LESS:
+        assert data["tier"] == "cpu_ffmpeg"
+    assert NodeCapabilities.model_validate(data).tier.value == data["tier"]
+
+
+@pytest.mark.parametrize("name", ["gpu-cuda-workstation", "edge-relay"])
+def test_cli_ray_start_args_parse_back(capsys, name):
+    code, out, _ = run_cli(capsys, "--profile", name, "--ray-start-args", "--pool", "default", "--zone", "home lab")
+    assert code == 0
+    words = shlex.split(out)
+    assert [w.split("=", 1)[0] for w in words] == ["--resources", "--labels"]
+    resources = json.loads(words[0].split("=", 1)[1])
+    labels = parse_node_labels_string(words[1].split("=", 1)[1])
+    caps = probe_node(RecordedSources(profile_path(name)))
+    assert resources == caps.to_ray_resources()
+    assert labels == caps.to_ray_labels(pool="default", zone="home lab")
+    assert labels["fabric.io/zone"] == "home-lab"
+
+
+def test_cli_label_outputs(capsys):
+    code, out, _ = run_cli(capsys, "--profile", "steamdeck-apu", "--ray-labels")
+    assert code == 0 and json.loads(out)["fabric.io/tier"] == "gpu_apu"
+    code, out, _ = run_cli(capsys, "--profile", "arm64-board", "--k3s-labels")
+    assert code == 0 and json.loads(out)["topology.researchstack.io/arm64"] == "true"
+
+
+def test_cli_all_is_a_table_of_every_profile(capsys):
+    code, out, _ = run_cli(capsys, "--all")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:4] == ["name", "source", "tier", "serves"]
+    assert len(lines) == 2 + 1 + len(profiles())
+    for name in profiles():
+        assert any(line.split()[1] == name for line in lines[2:])
+    assert "live" in lines[2]
+
+
+def test_cli_summary_and_record(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "--profile", "gpu-cuda-workstation", "--record", str(tmp_path / "rec"))
+    assert code == 0 and "tier        gpu_cuda" in out and "recorded gpu-cuda-workstation" in err
+    code, out, _ = run_cli(capsys, "--recording", str(tmp_path / "rec"), "--json", "--name", "copy")
+    data = json.loads(out)
+    assert data["tier"] == "gpu_cuda" and data["name"] == "copy"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--profile", "nope"], "unknown profile 'nope'; profiles: "),
+    (["--recording", "/definitely/not/here"], "does not exist"),
+    (["--profile", "cpu-only-box", "--role", "superhero"], "unknown role(s) superhero"),
+])
+def test_cli_errors_are_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("fabric probe: error: ") and message in err
