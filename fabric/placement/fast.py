@@ -29,7 +29,6 @@ from fabric.placement.requirement import Requirement
 from fabric.tiers import ComputeTier
 
 _TIER = {t.rank: t for t in ComputeTier}
-_SPARE_PASSES_AVOID = (False, True)
 
 
 def place(fleet: FleetView, req: Requirement, ctx: PlacementContext | None = None, *, trace: bool = False) -> Decision:
@@ -134,59 +133,60 @@ def _make_fits(req: Requirement, ctx: PlacementContext) -> Callable[[NodeRecord]
 _PLAN_CACHE_MAX = 4096
 
 
-def _plan(fleet: FleetView, req: Requirement, pool: str, pts) -> list:
-    """Per level: [(level, pool tier, segments)], where segments holds, for launching False then
-    True, one tuple of bucket lists (the free-CPU classes that may fit) per tier in key order.
-    Bucket lists are long-lived objects of the fleet, so a plan stays valid; it is cached per
-    requirement on the fleet."""
-    plan = fleet._plans.get(req)
+def _plan(fleet: FleetView, req: Requirement, avoid: bool, pool: str, pts) -> list:
+    """Per walk step ``(rank, pool tier, groups)``: the groups in key order — booted before
+    launching, and with ``avoid`` ordinary nodes before unconsumed spares — each one tuple per
+    tier (in key order) of the bucket lists (free-CPU classes that may fit; both spare kinds
+    when not avoiding). Bucket lists are long-lived objects of the fleet, so a plan stays
+    valid; it is cached on the fleet per (requirement, avoid)."""
+    key = (req.class_key, avoid)
+    plan = fleet._plans.get(key)
     if plan is not None:
         return plan
-    buckets = fleet.buckets
     classes = cpu_classes_for(req.num_cpus)
+    spare_groups = ((False,), (True,)) if avoid else ((False, True),)
     plan = []
     for rank in range(req.min_tier.rank, req.floor.rank - 1, -1):
         ranks = _first_level_ranks(req) if rank == req.min_tier.rank else (rank,)
         for pt in pts:
-            segments = tuple(
-                tuple(tuple(fleet._bucket((pool, pt.name, r, launching, c)) for c in classes) for r in ranks)
-                for launching in (False, True)
+            groups = tuple(
+                tuple(
+                    tuple(fleet._bucket((pool, pt.name, r, launching, spare, c)) for spare in spares for c in classes)
+                    for r in ranks
+                )
+                for launching in (False, True) for spares in spare_groups
             )
-            plan.append((rank, pt, segments))
+            plan.append((rank, pt, groups))
     if len(fleet._plans) >= _PLAN_CACHE_MAX:
         fleet._plans.clear()
-    fleet._plans[req] = plan
+    fleet._plans[key] = plan
     return plan
 
 
-def _search(records: dict, segments: tuple, avoid: bool, fits) -> "tuple[NodeRecord, tuple] | None":
+def _search(records: dict, groups: tuple, fits) -> "tuple[NodeRecord, tuple] | None":
     """The first node in key order (launching, avoided spare, tier, packing, id) that fits.
 
-    Within one tier the free-CPU class lists are each sorted by (packing, id); the first fit of
-    each list is found and the smallest of those wins (a merge without merging)."""
-    for tiers in segments:  # booted, then launching
-        for spare_pass in (_SPARE_PASSES_AVOID if avoid else _NO_PASS):
-            for class_lists in tiers:  # tiers in key order
-                best = None
-                for lst in class_lists:
-                    if not lst:
-                        continue
-                    for entry in lst:
-                        if best is not None and entry > best[0]:
-                            break
-                        rec = records[entry[1]]
-                        if spare_pass is not None and (rec.spare and rec.running == 0 and not rec.jobs) is not spare_pass:
-                            continue
-                        g = fits(rec)
-                        if g is not None:
-                            best = (entry, rec, g)
-                            break
-                if best is not None:
-                    return best[1], best[2]
+    Within one tier each bucket list is sorted by (packing, id); the first fit of each list is
+    found and the smallest of those wins (a merge without merging)."""
+    for tiers in groups:
+        for lists in tiers:
+            best = None
+            for lst in lists:
+                if not lst:
+                    continue
+                for entry in lst:
+                    if best is not None and entry > best[0]:
+                        break
+                    rec = records[entry[1]]
+                    g = fits(rec)
+                    if g is not None:
+                        best = (entry, rec, g)
+                        break
+            if best is not None:
+                return best[1], best[2]
     return None
 
 
-_NO_PASS = (None,)
 
 
 def _first_level_ranks(req: Requirement) -> range:
@@ -197,11 +197,11 @@ def _first_level_ranks(req: Requirement) -> range:
 
 def _place_simple(fleet: FleetView, req: Requirement, ctx: PlacementContext, pool: str, pts) -> Decision:
     if ctx is TASK_CONTEXT:
-        fits = _TASK_FITS.get(req)
+        fits = _TASK_FITS.get(req.class_key)
         if fits is None:
             if len(_TASK_FITS) >= _PLAN_CACHE_MAX:
                 _TASK_FITS.clear()
-            fits = _TASK_FITS[req] = _make_fits(req, ctx)
+            fits = _TASK_FITS[req.class_key] = _make_fits(req, ctx)
         avoid = True
     else:
         fits = _make_fits(req, ctx)
@@ -210,8 +210,8 @@ def _place_simple(fleet: FleetView, req: Requirement, ctx: PlacementContext, poo
     min_rank = req.min_tier.rank
     provision_first = req.scale == "provision_first"
     last_pt = pts[-1]
-    for rank, pt, segments in _plan(fleet, req, pool, pts):
-        hit = _search(records, segments, avoid, fits)
+    for rank, pt, groups in _plan(fleet, req, avoid, pool, pts):
+        hit = _search(records, groups, fits)
         if hit is not None:
             rec, gpus = hit
             return walk.placed(rec, req, ctx, _TIER[rank], pool, pt.name, gpus, (), None)
@@ -275,9 +275,10 @@ def _candidates(fleet: FleetView, ctx: PlacementContext, pool: str, pt: str, ran
     out = []
     for r in ranks:
         for launching in (False, True):
-            for c in range(CPU_CLASSES):
-                for _, nid in fleet.buckets.get((pool, pt, r, launching, c), ()):
-                    out.append(records[nid])
+            for spare in (False, True):
+                for c in range(CPU_CLASSES):
+                    for _, nid in fleet.buckets.get((pool, pt, r, launching, spare, c), ()):
+                        out.append(records[nid])
     return out
 
 

@@ -6,12 +6,12 @@ The scheduler keeps one and feeds it events: node added / changed / removed, res
 
 Besides ``node_id -> record`` the view keeps the indexes the fast engine walks:
 
-- ``buckets[(pool, pool tier, tier rank, launching, free-CPU class)]``: a sorted list of
+- ``buckets[(pool, pool tier, tier rank, launching, unconsumed spare, free-CPU class)]``: a sorted list of
   ``(packing key, node id)`` holding only *placeable* nodes (active, not held, not cordoned, a
   free slot) — the packing key is ``load`` under spread and ``-load`` under binpack, so a list
   is already in key order for components 8 and 10; the free-CPU class lets a request skip
   nodes that cannot have its CPUs free (a GPU node whose CPUs are all reserved, say) without
-  looking at them;
+  looking at them, and unconsumed spares sit apart so that "avoid spares" costs nothing;
 - ``members[(pool, pool tier, tier rank)]``: every node id of that segment (for the
   ``when_full="wait"`` check, which must see full nodes too);
 - ``counts[(pool, pool tier)]``: nodes counting toward ``max_nodes`` (launching included).
@@ -136,8 +136,9 @@ class FleetView:
             for t in p.tiers:
                 for rank in range(11):
                     for launching in (False, True):
-                        for c in range(CPU_CLASSES):
-                            self.buckets[(p.name, t.name, rank, launching, c)] = []
+                        for spare in (False, True):
+                            for c in range(CPU_CLASSES):
+                                self.buckets[(p.name, t.name, rank, launching, spare, c)] = []
         for rec in nodes:
             self.add(rec)
 
@@ -303,28 +304,35 @@ class FleetView:
         rec = self._records.get(node_id)
         if rec is None:
             raise NodeNotFoundError(node_id)
-        before = (rec.running < rec._slots and rec._eligible, rec._load, cpu_class(rec))
-        if rec._gen <= self._cow_gen:
+        d = rec.__dict__
+        running = d["running"]
+        before = (running < d["_slots"] and d["_eligible"], d["_load"],
+                  bisect_right(CPU_BOUNDS, d["_cpu_total"] - d["reserved_cpus"] + EPS),
+                  d["spare"] and running == 0 and not d["jobs"])
+        if d["_gen"] <= self._cow_gen:
             rec = rec._copy()
             self._put(node_id, rec)
-        return rec, rec.__dict__, before
+            d = rec.__dict__
+        return rec, d, before
 
     def _usage_changed(self, rec: NodeRecord, d: dict, before: tuple) -> None:
-        d["_load"] = load = compute_load(rec)
-        was, old_load, old_cls = before
-        now = d["running"] < d["_slots"] and d["_eligible"]
-        new_cls = cpu_class(rec)
-        if was is now and load == old_load and old_cls == new_cls:
+        running, slots, total, reserved = d["running"], d["_slots"], d["_cpu_total"], d["reserved_cpus"]
+        d["_load"] = load = round(max(d["_util"], reserved / total if total > 0 else 1.0, running / slots), 9)
+        was, old_load, old_cls, old_spare = before
+        now = running < slots and d["_eligible"]
+        new_cls = bisect_right(CPU_BOUNDS, total - reserved + EPS)
+        new_spare = d["spare"] and running == 0 and not d["jobs"]
+        if was is now and load == old_load and old_cls == new_cls and old_spare is new_spare:
             return
         binpack = self._binpack.get((rec.pool, rec.pool_tier))  # type: ignore[arg-type]
         if binpack is None:
             return
         head = (rec.pool, rec.pool_tier, rec._rank, rec.launching)
         if was:
-            lst = self.buckets[head + (old_cls,)]
+            lst = self.buckets[head + (old_spare, old_cls)]
             del lst[bisect_left(lst, (-old_load if binpack else old_load, rec.node_id))]
         if now:
-            insort(self._bucket(head + (new_cls,)), (-load if binpack else load, rec.node_id))
+            insort(self._bucket(head + (new_spare, new_cls)), (-load if binpack else load, rec.node_id))
 
     def _bucket(self, key: tuple) -> list:
         lst = self.buckets.get(key)
@@ -341,7 +349,7 @@ class FleetView:
             return  # outside every configured pool tier: never placeable
         self.members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
         if rec.placeable:
-            lst = self._bucket((rec.pool, rec.pool_tier, rec._rank, rec.launching, cpu_class(rec)))
+            lst = self._bucket((rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec)))
             insort(lst, (-rec._load if binpack else rec._load, rec.node_id))
 
     def _unindex(self, rec: NodeRecord) -> None:
@@ -353,7 +361,7 @@ class FleetView:
             return
         self.members[(rec.pool, rec.pool_tier, rec._rank)].discard(rec.node_id)
         if rec.placeable:
-            lst = self.buckets[(rec.pool, rec.pool_tier, rec._rank, rec.launching, cpu_class(rec))]
+            lst = self.buckets[(rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec))]
             del lst[bisect_left(lst, (-rec._load if binpack else rec._load, rec.node_id))]
 
     def validate(self) -> None:
@@ -370,7 +378,7 @@ class FleetView:
                 continue
             members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
             if rec.placeable:
-                buckets.setdefault((rec.pool, rec.pool_tier, rec._rank, rec.launching, cpu_class(rec)), []).append(
+                buckets.setdefault((rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec)), []).append(
                     (-rec._load if binpack else rec._load, rec.node_id))
             assert rec.running <= rec.slots, f"{rec.node_id}: {rec.running} running > {rec.slots} slots"
         for v in buckets.values():

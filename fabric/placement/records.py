@@ -98,6 +98,7 @@ class NodeRecord:
     _cores: int = field(init=False, repr=False, compare=False)
     _mem_total: float = field(init=False, repr=False, compare=False)
     _gpu_models: tuple = field(init=False, repr=False, compare=False)
+    _util: float = field(init=False, repr=False, compare=False)
     _load: float = field(init=False, repr=False, compare=False)
     _eligible: bool = field(init=False, repr=False, compare=False)
     _gen: int = field(init=False, repr=False, compare=False)
@@ -131,6 +132,8 @@ class NodeRecord:
         s(self, "_cores", caps.cpu_physical)
         s(self, "_mem_total", float(caps.memory_mib))
         s(self, "_gpu_models", tuple((g.label_name.lower(), g.model.lower()) for g in caps.gpus))
+        util = self.utilization
+        s(self, "_util", float(util) if isinstance(util, (int, float)) and not math.isnan(util) else 0.0)
         s(self, "_load", compute_load(self))
         s(self, "_eligible", self.status is NodeStatus.ACTIVE and not self.flap_held and not self.unhealthy and not self.cordoned)
         s(self, "_gen", next(GENERATIONS))
@@ -236,10 +239,7 @@ def compute_load(rec: NodeRecord) -> float:
     cpu_total = d["_cpu_total"]
     cpu_share = d["reserved_cpus"] / cpu_total if cpu_total > 0 else 1.0
     slot_share = d["running"] / d["_slots"]
-    util = d["utilization"]
-    if not isinstance(util, (int, float)) or math.isnan(util):
-        util = 0.0
-    return round(max(util, cpu_share, slot_share), 9)
+    return round(max(d["_util"], cpu_share, slot_share), 9)
 
 
 def gpu_model_matches(rec: NodeRecord, position: int, wanted: str) -> bool:
