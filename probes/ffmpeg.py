@@ -75,18 +75,11 @@ def parse_encoders(text: str | None) -> list[str]:
     if not text:
         return []
     out: list[str] = []
-    started = False
     for line in text.splitlines():
-        if line.strip().startswith("------"):
-            started = True
-            continue
         m = _LINE.match(line)
         if not m or m.group(1) != "V":
             continue
-        # Before the "------" separator only the legend (" V..... = Video") can match; it has "=".
-        if not started and m.group(2) == "=":
-            continue
-        name = m.group(2)
+        name = m.group(2)  # the legend above "------" (" V..... = Video") parses as name "="
         if name != "=" and name not in out:
             out.append(name)
     return out
@@ -106,8 +99,8 @@ def one_frame_encode_command(ffmpeg: str, encoder: str, vaapi_device: str | None
     cmd += ["-f", "lavfi", "-i", "color=c=gray:size=256x256:rate=1", "-frames:v", "1"]
     if encoder.endswith("_vaapi"):
         cmd += ["-vf", "format=nv12,hwupload"]
-    elif encoder.endswith(("_qsv", "_v4l2m2m", "_amf")):
-        cmd += ["-pix_fmt", "nv12"]
+    elif encoder.endswith("_qsv"):
+        cmd += ["-pix_fmt", "nv12"]  # QSV takes NV12 system-memory frames and opens its own session
     else:
         cmd += ["-pix_fmt", "yuv420p"]
     cmd += ["-c:v", encoder, "-f", "null", "-"]

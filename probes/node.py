@@ -87,8 +87,10 @@ def probe_node(
         for n in nodes if n.vendor is not None
     }
 
-    ffmpeg, tests = _guard("ffmpeg", notes, lambda: _probe_ffmpeg(src, nodes, vainfos, notes), (FfmpegInfo(), {}))
-    gpus = _guard("gpus", notes, lambda: _assemble_gpus(nvml_gpus, nodes, vainfos, tests, notes), [])
+    # The VA-API encoders are tested on the first AMD/Intel device whose driver offers encode.
+    vaapi_node = next((n for n in nodes if n.vendor not in (None, GpuVendor.NVIDIA) and vainfos[n.name].encodes), None)
+    ffmpeg, tests = _guard("ffmpeg", notes, lambda: _probe_ffmpeg(src, vaapi_node, notes), (FfmpegInfo(), {}))
+    gpus = _guard("gpus", notes, lambda: _assemble_gpus(nvml_gpus, nodes, vainfos, tests, vaapi_node, notes), [])
     framebuffer = _guard("framebuffer", notes, lambda: parse_framebuffer(src.list_dir, src.read_file), None)
     tailnet = _guard("tailnet", notes, lambda: parse_tailscale(src.tailscale_status()), None)
     notes += list(getattr(src, "problems", []) or [])
@@ -108,14 +110,13 @@ def probe_node(
 
 
 # -- ffmpeg ------------------------------------------------------------------------------------
-def _probe_ffmpeg(src: Sources, nodes: list[RenderNode], vainfos: dict[str, VaInfo], notes: list[str]) -> tuple[FfmpegInfo, dict[str, TestEncode]]:
+def _probe_ffmpeg(src: Sources, vaapi_node: RenderNode | None, notes: list[str]) -> tuple[FfmpegInfo, dict[str, TestEncode]]:
     path = src.ffmpeg_path()
     text = src.ffmpeg_encoders() if path else None
     if not path or text is None:
         return FfmpegInfo(), {}
     listed = parse_encoders(text)
     to_test = encoders_to_test(listed)
-    vaapi_node = next((n for n in nodes if n.vendor not in (None, GpuVendor.NVIDIA) and vainfos.get(n.name, VaInfo()).encodes), None)
     tests = src.ffmpeg_test_encodes(to_test, vaapi_node.path if vaapi_node else None) if to_test else {}
     working = tuple(e for e in to_test if e in tests and tests[e].ok)
     failed: dict[str, list[str]] = defaultdict(list)
@@ -134,7 +135,7 @@ def _probe_ffmpeg(src: Sources, nodes: list[RenderNode], vainfos: dict[str, VaIn
 # -- GPUs --------------------------------------------------------------------------------------
 def _assemble_gpus(
     nvml_gpus: list[dict[str, Any]], nodes: list[RenderNode], vainfos: dict[str, VaInfo],
-    tests: dict[str, TestEncode], notes: list[str],
+    tests: dict[str, TestEncode], vaapi_node: RenderNode | None, notes: list[str],
 ) -> list[GpuInfo]:
     gpus: list[GpuInfo] = []
     matched: set[str] = set()
@@ -153,7 +154,6 @@ def _assemble_gpus(
             encoders -= lost
         fields["encoders"] = tuple(encoders)
         gpus.append(GpuInfo(**fields))
-    tested_vaapi_node = next((n for n in nodes if n.vendor not in (None, GpuVendor.NVIDIA) and vainfos.get(n.name, VaInfo()).encodes), None)
     for node in nodes:
         if node.name in matched:
             continue
@@ -161,7 +161,7 @@ def _assemble_gpus(
             notes.append(f"{node.name}: vendor {node.vendor_id or '?'} driver {node.driver or '?'} is not a GPU the fabric uses")
             continue
         va = vainfos.get(node.name, VaInfo())
-        gpus.append(_render_node_gpu(node, va, tests, node is tested_vaapi_node, len(gpus), notes))
+        gpus.append(_render_node_gpu(node, va, tests, node is vaapi_node, len(gpus), notes))
     return gpus
 
 

@@ -29,6 +29,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from fabric.errors import ProbeError
 from probes.ffmpeg import TestEncode, find_ffmpeg, format_test_encode, parse_test_encode, run_test_encodes
+from probes.libva import query_libva
+from probes.vaapi import parse_vainfo
 
 __all__ = ["Sources", "LiveSources", "RecordedSources", "RecordingSources"]
 
@@ -132,13 +134,18 @@ class LiveSources:
         return target
 
     def vainfo(self, render_node: str) -> str | None:
+        """libva through ctypes (in a child process) first, the ``vainfo`` tool when libva is
+        missing or listed nothing; either way vainfo-shaped text."""
+        device = f"/dev/dri/{render_node}"
+        text = query_libva(device, timeout=_TOOL_TIMEOUT_S)
+        if text is not None and parse_vainfo(text).ok:
+            return text
         exe = shutil.which("vainfo")
-        if not exe:
-            return None
-        proc = _run([exe, "--display", "drm", "--device", f"/dev/dri/{render_node}"])
+        proc = _run([exe, "--display", "drm", "--device", device]) if exe else None
         if proc is None:
-            return None
-        return (proc.stdout + proc.stderr).decode("utf-8", errors="replace")
+            return text
+        fallback = (proc.stdout + proc.stderr).decode("utf-8", errors="replace")
+        return fallback if text is None or parse_vainfo(fallback).ok else text
 
     def ffmpeg_path(self) -> str | None:
         if self._ffmpeg is False:

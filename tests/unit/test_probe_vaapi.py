@@ -96,3 +96,22 @@ def test_model_from_driver_variants():
     assert model_from_driver("Mesa Gallium driver 23.1.3 for AMD Custom GPU 0405 (radeonsi, vangogh, LLVM 15.0.7)") == "AMD Custom GPU 0405"
     assert model_from_driver("VA-API NVDEC driver [direct backend]") is None
     assert model_from_driver(None) is None
+
+
+def test_libva_text_is_what_parse_vainfo_reads():
+    from probes.libva import format_vainfo
+
+    text = format_vainfo("1.20", "Mesa Gallium driver 24.0 for AMD Radeon Graphics (raphael_mendocino)", [
+        ("VAProfileH264High", "VAEntrypointVLD"), ("VAProfileH264High", "VAEntrypointEncSlice"),
+        ("VAProfileNone", "VAEntrypointVideoProc"), ("VAProfileAV1Profile0", "VAEntrypointVLD"),
+    ])
+    info = parse_vainfo(text)
+    assert info.driver.startswith("Mesa Gallium driver 24.0 for AMD Radeon Graphics")
+    assert info.encodes == {"h264"} and info.decodes == {"h264", "av1"}
+
+
+def test_libva_query_of_a_missing_device_never_raises():
+    from probes.libva import query_libva
+
+    text = query_libva("/dev/dri/renderD999")
+    assert text is None or not parse_vainfo(text).ok  # None: no libva here; else its failure text
