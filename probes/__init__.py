@@ -8,7 +8,7 @@ package sits above the pure core and below the actors: it imports neither Ray no
 from __future__ import annotations
 
 from fabric.capabilities import classify
-from probes.node import probe_node
+from probes.node import apply_settings, probe_node
 from probes.sources import LiveSources, RecordedSources, RecordingSources, Sources
 
-__all__ = ["probe_node", "classify", "Sources", "LiveSources", "RecordedSources", "RecordingSources"]
+__all__ = ["probe_node", "apply_settings", "classify", "Sources", "LiveSources", "RecordedSources", "RecordingSources"]

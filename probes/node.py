@@ -23,6 +23,7 @@ from fabric.capabilities import (
     NodeCapabilities,
     derive_max_concurrent_tasks,
 )
+from fabric.settings import FabricSettings
 from probes.drm import AMD_APU_IDS, RenderNode, read_render_nodes, same_pci_address
 from probes.ffmpeg import TestEncode, encoders_to_test, failure_reason, parse_encoders, parse_version
 from probes.framebuffer import parse_framebuffer
@@ -33,7 +34,7 @@ from probes.system import parse_system
 from probes.tailnet import parse_tailscale
 from probes.vaapi import ENCODE_ENTRYPOINTS, VaInfo, model_from_driver, parse_vainfo
 
-__all__ = ["probe_node"]
+__all__ = ["probe_node", "apply_settings"]
 
 T = TypeVar("T")
 _VENDOR_NAMES = {GpuVendor.AMD: "AMD", GpuVendor.INTEL: "Intel", GpuVendor.NVIDIA: "NVIDIA", GpuVendor.ARM: "Arm"}
@@ -107,6 +108,17 @@ def probe_node(
     )
     slots = max_concurrent_tasks or derive_max_concurrent_tasks(caps.cpu_usable, caps.tiers)
     return caps.model_copy(update={"limitations": Limitations(max_concurrent_tasks=slots, notes=tuple(dict.fromkeys(notes)))})
+
+
+def apply_settings(caps: NodeCapabilities, settings: FabricSettings) -> NodeCapabilities:
+    """``caps`` with the per-node overrides of ``settings.nodes[caps.name]`` applied (today: a
+    ``max_concurrent_tasks`` that replaces the derived slot count)."""
+    override = settings.nodes.get(caps.name)
+    if override is None or override.max_concurrent_tasks is None:
+        return caps
+    derived = caps.limitations.max_concurrent_tasks
+    notes = (*caps.limitations.notes, f"max_concurrent_tasks {override.max_concurrent_tasks} from settings (derived: {derived})")
+    return caps.model_copy(update={"limitations": Limitations(max_concurrent_tasks=override.max_concurrent_tasks, notes=notes)})
 
 
 # -- ffmpeg ------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--role", action="append", default=[], metavar="ROLE", help="declare a role (repeatable): relay, batch, wasm, dsp, esp32, ethernet")
     p.add_argument("--name", help="node name (default: hostname, or the profile's name)")
     p.add_argument("--max-concurrent-tasks", type=int, metavar="N", help="override the derived slot count")
+    p.add_argument("--config", metavar="FILE", help="fabric settings YAML: its per-node overrides apply (nodes.<name>.max_concurrent_tasks)")
     p.add_argument("--pool", help="pool label to add (--ray-labels/--ray-start-args)")
     p.add_argument("--pool-tier", help="pool tier label to add")
     p.add_argument("--zone", help="zone label to add")
@@ -72,6 +73,11 @@ def _probe(args: argparse.Namespace, source: str | None) -> NodeCapabilities:
     if recorder is not None:
         recorder.write(args.record)
         print(f"recorded {caps.source} to {args.record}", file=sys.stderr)
+    if args.config and args.max_concurrent_tasks is None:
+        from fabric.settings import FabricSettings
+        from probes.node import apply_settings
+
+        caps = apply_settings(caps, FabricSettings.from_yaml(args.config))
     return caps
 
 
@@ -87,19 +93,23 @@ def run(args: argparse.Namespace) -> int:
             nodes = [_probe(args, f"profile:{args.profile}")]
         else:
             nodes = [_probe(args, args.recording)]
-    except (ProbeError, ValueError) as exc:
-        print(f"fabric probe: error: {exc}".splitlines()[0], file=sys.stderr)
+    except (ProbeError, ValueError) as exc:  # SettingsError is a ValueError too
+        print(_one_line(f"fabric probe: error: {exc}"), file=sys.stderr)
         return 2
     try:
         text = render(nodes, args.output or ("table" if args.all else "summary"), pool=args.pool, pool_tier=args.pool_tier, zone=args.zone)
     except ValueError as exc:  # a bad --pool/--zone label value
-        print(f"fabric probe: error: {exc}".splitlines()[0], file=sys.stderr)
+        print(_one_line(f"fabric probe: error: {exc}"), file=sys.stderr)
         return 2
     try:
         print(text)
     except BrokenPipeError:  # `fabric probe --json | head`
         sys.stderr.close()
     return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def render(nodes: list[NodeCapabilities], output: str, **labels: Any) -> str:

@@ -108,3 +108,22 @@ def test_cli_errors_are_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("fabric probe: error: ") and message in err
+
+
+def test_settings_override_the_derived_slots(capsys, tmp_path):
+    from fabric import FabricSettings
+    from probes import apply_settings
+
+    caps = probe_node(RecordedSources(profile_path("gpu-cuda-workstation")))
+    assert caps.limitations.max_concurrent_tasks == 12
+    settings = FabricSettings.load({"nodes": {"qfox-1": {"max_concurrent_tasks": 4}}})
+    lowered = apply_settings(caps, settings)
+    assert lowered.limitations.max_concurrent_tasks == 4 and lowered.to_ray_resources()["fabric.slots"] == 4.0
+    assert apply_settings(caps, FabricSettings.load({"nodes": {"other": {"max_concurrent_tasks": 1}}})) == caps
+    config = tmp_path / "fabric.yaml"
+    config.write_text("nodes:\n  qfox-1:\n    max_concurrent_tasks: 3\n")
+    code, out, _ = run_cli(capsys, "--profile", "gpu-cuda-workstation", "--config", str(config), "--ray-labels")
+    assert code == 0 and json.loads(out)["fabric.io/slots"] == "3"
+    config.write_text("nodes:\n  qfox-1:\n    max_concurrent_tasks: 0\n")
+    code, _, err = run_cli(capsys, "--profile", "gpu-cuda-workstation", "--config", str(config))
+    assert code == 2 and "nodes.qfox-1.max_concurrent_tasks" in err and err.count("\n") == 1
