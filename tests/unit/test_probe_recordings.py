@@ -132,7 +132,7 @@ _FILES = {name: sorted(p.relative_to(profile_path(name)).as_posix() for p in pro
           for name in profiles()}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_recordings_never_crash(tmp_path_factory, data):
     name = data.draw(st.sampled_from(sorted(_FILES)))
@@ -165,7 +165,7 @@ def _shaped(keys):
     return st.fixed_dictionaries({}, optional={k: _ANY for k in keys})
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     system=_shaped(["machine", "hostname", "cpu_logical", "cpu_physical", "cpu_affinity", "mem_total", "mem", "disks", "parts", "usage_root"]),
     device=_shaped(["index", "name", "memory_total", "pci_bus_id", "bus_type", "compute_capability", "mig_mode", "encoder_capacity", "errors"]),
