@@ -365,7 +365,10 @@ class RecordingSources:
         return value
 
     def declared(self):
-        return self.inner.declared()
+        value = self.inner.declared()
+        if value:
+            self._json["profile.json"] = value
+        return value
 
     def write(self, folder: str | Path) -> Path:
         """Lay the captured inputs down as a recording folder (created if needed)."""

@@ -121,8 +121,7 @@ def test_failed_nvenc_removes_the_codec_but_keeps_cuda(tmp_path):
 def test_recording_a_recording_replays_identically(name, tmp_path):
     recorder = RecordingSources(RecordedSources(profile_path(name)))
     first = probe_node(recorder)
-    recorder.write(tmp_path / "copy")
-    (tmp_path / "copy/profile.json").write_text((profile_path(name) / "profile.json").read_text())
+    recorder.write(tmp_path / "copy")  # profile.json (declared name and roles) travels too
     again = probe_node(RecordedSources(tmp_path / "copy"))
     assert again.model_dump(exclude={"limitations"}) == first.model_dump(exclude={"limitations"})
     assert again.limitations.max_concurrent_tasks == first.limitations.max_concurrent_tasks
