@@ -54,7 +54,7 @@ def node_capabilities(kind: str, cpus: int = 8, memory_mib: int = 16384, *, arch
     )
 
 
-def test_settings() -> FabricSettings:
+def mixed_settings() -> FabricSettings:
     """Two pools: ``default`` (fixed spread, elastic binpack ``burst`` capped at 3 nodes) and ``edge``."""
     return FabricSettings(pools=(
         Pool(name="default", tiers=(

@@ -20,7 +20,7 @@ SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 def _world(seed: int, max_nodes: int = 25):
     rnd = random.Random(seed)
     recs = [synth.random_record(rnd, i) for i in range(rnd.randint(0, max_nodes))]
-    fleet = FleetView(recs, synth.test_settings())
+    fleet = FleetView(recs, synth.mixed_settings())
     fleet.validate()
     return rnd, fleet, [r.node_id for r in recs]
 
