@@ -9,7 +9,8 @@ The rules (all timings from ``HealthSettings``):
 
 - A fabric node (one whose Ray labels carry ``fabric.io/tier``) that Ray shows alive and we have
   not seen is *added* (``active``). Nodes without fabric labels (a bare head node) are ignored.
-- Ray declaring a node dead, or no heartbeat for ``offline_after_s`` (seed 002: 3 missed beats =
+- Ray declaring a node dead, or no heartbeat for ``offline_after_s`` (``join_timeout_s`` for
+  the first one, while the node's probe actor starts) (seed 002: 3 missed beats =
   90 s; 45 s over DERP), makes it ``offline`` (*lost*). It is not ``dead`` yet: the drain grace
   (``drain_grace_s``) runs first, so a partition heals without churn.
 - A lost node whose heartbeats resume (Ray still had it) is *recovered* (``active``).
@@ -116,6 +117,8 @@ class NodeHealth:
     ray_dead: bool = False
     """Ray declared it dead: it can never come back under this id."""
     degraded: tuple[str, ...] = ()
+    heard: bool = False
+    """A heartbeat arrived since it was added (before that, ``join_timeout_s`` applies)."""
 
 
 @dataclass
@@ -178,9 +181,10 @@ class HealthPolicy:
         events: list[Event] = []
         for node_id, at in beats.items():
             node = self.nodes.get(node_id)
-            if node is None or at <= node.last_beat:
+            if node is None or at < node.last_beat or (at == node.last_beat and node.heard):
                 continue
             node.last_beat = float(at)
+            node.heard = True
             if node.status is NodeStatus.OFFLINE and not node.ray_dead and at > node.since:
                 self._set_status(node, NodeStatus.ACTIVE, now)
                 events.append(NodeRecovered(node_id=node_id, name=node.name, at=now, stimulus_id=sid,
@@ -225,7 +229,7 @@ class HealthPolicy:
         for node in list(self.nodes.values()):
             if node.status in (NodeStatus.ACTIVE, NodeStatus.DRAINING) and not node.ray_dead:
                 silent = now - node.last_beat
-                if silent > s.offline_after_s:
+                if silent > (s.offline_after_s if node.heard else max(s.offline_after_s, s.join_timeout_s)):
                     events += self._lose(node, now, sid, f"missed heartbeats for {silent:.1f} s")
             elif node.status is NodeStatus.OFFLINE and now - node.since >= s.drain_grace_s:
                 lost_for = now - node.since

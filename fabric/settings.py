@@ -153,6 +153,9 @@ class HealthSettings(_Model):
     """... inside this window ..."""
     flap_hold_s: NonNegFloat = 600.0
     """... hold the node off placement for this long."""
+    join_timeout_s: PositiveSeconds = 120.0
+    """How long a newly added node may take to send its first heartbeat (its probe actor starting)
+    before it is marked offline; after the first beat ``offline_after_s`` applies."""
     monitor_interval_s: PositiveSeconds = 1.0
     """How often the health monitor polls Ray's node table."""
     reprobe_interval_s: PositiveSeconds = 300.0

@@ -112,6 +112,8 @@ class RegistryRecord(_Model):
     """Flap damping: held off placement until then."""
     profile: str | None = None
     """The recording the node's probe reads (``live`` when none)."""
+    cordoned: bool = False
+    """No new placements (operator cordon or drain)."""
 
     @property
     def limitations(self) -> tuple[str, ...]:

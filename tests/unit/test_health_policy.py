@@ -91,6 +91,18 @@ def test_three_missed_beats_mark_offline_at_90s_not_before():
     assert not evs[0].ray_dead
 
 
+def test_new_node_gets_the_join_timeout_for_its_first_beat():
+    h = Harness(HealthSettings(offline_after_s=90, join_timeout_s=120))
+    h.join("a")
+    assert h.run(120) == []  # its probe actor is still starting: not offline at 90 s
+    assert kinds(h.run(1)) == ["NodeLost"]
+    h2 = Harness(HealthSettings(offline_after_s=90, join_timeout_s=120))
+    h2.join("b")
+    h2.clock.advance(10)
+    h2.beat("b")
+    assert h2.run(90) == [] and kinds(h2.run(1)) == ["NodeLost"]  # after the first beat: 90 s
+
+
 def test_ray_declaring_a_node_dead_marks_it_offline_at_once():
     h = Harness()
     h.join("a")
@@ -135,6 +147,7 @@ def test_network_partition_goes_offline_not_dead_and_recovers_when_beats_resume(
 def test_partition_longer_than_the_grace_is_collected():
     h = Harness()
     h.join("a")
+    h.beat("a")
     evs = h.run(90 + 1 + SEED.drain_grace_s + 1)
     assert kinds(evs) == ["NodeLost", "NodeCollected"]
     assert h.beat("a") == []  # a beat from a collected id changes nothing
@@ -143,6 +156,7 @@ def test_partition_longer_than_the_grace_is_collected():
 def test_old_beat_arriving_late_does_not_revive():
     h = Harness()
     h.join("a")
+    h.beat("a")
     h.run(100)
     before = h.clock()
     assert h.policy.heartbeat("a", at=before - 50) == []  # a beat older than the loss
@@ -211,6 +225,7 @@ def test_partition_flap_by_heartbeats_holds():
     s = HealthSettings(heartbeat_interval_s=1, offline_after_s=3, drain_grace_s=100, flap_window_s=60, flap_hold_s=120)
     h = Harness(s)
     h.join("a", name="box")
+    h.beat("a")
     evs = h.run(5)  # lost (toggle 1)
     evs += h.beat("a")  # back (toggle 2)
     evs += h.run(5)  # lost again (toggle 3): held

@@ -1,0 +1,168 @@
+"""HealthMonitorActor: seed 002 § 4's health monitor, as a loop around the pure ``HealthPolicy``.
+
+Every ``monitor_interval_s`` it reads Ray's node table (~0.3 ms) and the registry's heartbeats and
+degradation reports, feeds them to the policy, applies the resulting statuses to the registry,
+starts a ProbeActor on every node that joined (by any means: LocalFabric, ``fabric join``, the
+autoscaler), and publishes the events: kept in a numbered log that anyone can read with
+``events(since)``, and pushed to subscribed actors (``subscribe(actor_name, method)``).
+
+Restart: a detached actor re-runs ``__init__``; the policy's state (statuses and since when,
+last beats, flap histories, collected ids) comes back from the registry, so drain graces and
+flap holds keep counting from where they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from typing import Any
+
+import ray
+
+from actors.ray_adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter
+from fabric.events import NodeAdded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
+from fabric.health import HealthPolicy, NodeHealth
+from fabric.lifecycle import NodeStatus
+from fabric.settings import FabricSettings
+
+_FLAPS_KEY = "health.flaps"
+_SUBSCRIBERS_KEY = "health.subscribers"
+EVENT_LOG_SIZE = 10_000
+
+
+@ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)
+class HealthMonitorActor:
+    """The named, detached health monitor (``fabric.health``)."""
+
+    def __init__(self, settings: dict | None = None) -> None:
+        self.settings = FabricSettings.load(settings or {})
+        self.adapter = RayAdapter()
+        self.policy = HealthPolicy(self.settings.health, clock=time.time)
+        self.log: deque[tuple[int, Any]] = deque(maxlen=EVENT_LOG_SIZE)
+        self.seq = 0
+        self.ticks = 0
+        self.subscribers: dict[str, str] = {}
+        self.started_at = time.time()
+        self.last_error: str | None = None
+        self._ready = asyncio.Event()
+        self._task = asyncio.get_event_loop().create_task(self._run())
+
+    # -- the loop ----------------------------------------------------------------------------------
+    async def _registry(self) -> Any:
+        while True:
+            handle = self.adapter.get_actor(REGISTRY_NAME)
+            if handle is not None:
+                return handle
+            await asyncio.sleep(0.2)
+
+    async def _restore(self, registry: Any) -> None:
+        records = await registry.records.remote()
+        flaps = await registry.get_state.remote(_FLAPS_KEY, {})
+        collected = await registry.collected_ids.remote()
+        self.subscribers = dict(await registry.get_state.remote(_SUBSCRIBERS_KEY, {}) or {})
+        self.policy.restore(
+            [NodeHealth(node_id=r.node_id, name=r.name, status=r.status, since=r.status_since, last_beat=r.last_seen,
+                        degraded=tuple(r.degraded), heard=True) for r in records],
+            flaps, collected,
+        )
+
+    async def _run(self) -> None:
+        registry = await self._registry()
+        while True:
+            try:
+                await self._restore(registry)
+                break
+            except Exception as exc:  # the registry may be restarting: try again
+                self.last_error = f"restore: {type(exc).__name__}: {exc}"
+                await asyncio.sleep(0.5)
+                registry = await self._registry()
+        alive = {n.node_id for n in self.adapter.list_nodes() if n.alive and n.is_fabric_node}
+        self._ensure_probes([n for n in self.policy.nodes.values() if n.node_id in alive and n.status is not NodeStatus.OFFLINE])
+        while True:
+            try:
+                await self._tick(registry)
+                self.last_error = None
+            except Exception as exc:  # keep watching; the next tick retries
+                self.last_error = f"tick: {type(exc).__name__}: {exc}"
+                registry = self.adapter.get_actor(REGISTRY_NAME) or registry
+            self._ready.set()
+            await asyncio.sleep(self.settings.health.monitor_interval_s)
+
+    async def _tick(self, registry: Any) -> None:
+        self.ticks += 1
+        sid = f"tick-{self.ticks}"
+        rows = self.adapter.list_nodes()
+        events = self.policy.observe_ray(rows, stimulus_id=sid)
+        inputs = await registry.health_inputs.remote()
+        events += self.policy.observe_heartbeats({k: v["last_seen"] for k, v in inputs.items()}, stimulus_id=sid)
+        for node_id, v in inputs.items():
+            events += self.policy.observe_degradation(node_id, v["degraded"], stimulus_id=sid)
+        events += self.policy.tick(stimulus_id=sid)
+        if not events:
+            return
+        await registry.apply.remote(events)
+        if any(isinstance(e, (NodeLost, NodeRecovered, NodeAdded, NodeFlapHeld, NodeFlapReleased)) for e in events):
+            await registry.put_state.remote(_FLAPS_KEY, self.policy.flaps_json())
+        by_id = {r.node_id: r for r in rows}
+        self._ensure_probes([self.policy.nodes[e.node_id] for e in events
+                             if isinstance(e, NodeAdded) and e.node_id in self.policy.nodes and e.node_id in by_id])
+        self._publish(events)
+
+    def _ensure_probes(self, nodes: list[NodeHealth]) -> None:
+        rows = {r.node_id: r for r in self.adapter.list_nodes()}
+        h = self.settings.health
+        for node in nodes:
+            row = rows.get(node.node_id)
+            if row is None or not row.alive:
+                continue
+            try:
+                self.adapter.ensure_probe(row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s)
+            except Exception as exc:
+                self.last_error = f"probe for {node.node_id[:12]}: {type(exc).__name__}: {exc}"
+
+    def _publish(self, events: list[Any]) -> None:
+        for event in events:
+            self.seq += 1
+            self.log.append((self.seq, event))
+        for name, method in list(self.subscribers.items()):
+            handle = self.adapter.get_actor(name)
+            if handle is None:
+                continue
+            for event in events:
+                getattr(handle, method).remote(event)  # fire and forget: a slow subscriber never stalls health
+
+    # -- the surface ---------------------------------------------------------------------------------
+    async def ready(self) -> bool:
+        """True once the policy is restored and one tick has run."""
+        await self._ready.wait()
+        return True
+
+    async def events(self, since: int = 0) -> tuple[int, list[Any]]:
+        """Events numbered after ``since`` (the log keeps the last 10,000) and the newest number."""
+        return self.seq, [e for n, e in self.log if n > since]
+
+    async def subscribe(self, actor_name: str, method: str = "on_fleet_event") -> None:
+        """Push every future event to ``actor_name.method(event)`` (a named actor in namespace ``fabric``)."""
+        self.subscribers[actor_name] = method
+        registry = self.adapter.get_actor(REGISTRY_NAME)
+        if registry is not None:
+            await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
+
+    async def unsubscribe(self, actor_name: str) -> None:
+        self.subscribers.pop(actor_name, None)
+        registry = self.adapter.get_actor(REGISTRY_NAME)
+        if registry is not None:
+            await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
+
+    async def held_until(self, name: str) -> float | None:
+        return self.policy.held_until(name)
+
+    async def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(), "started_at": self.started_at, "ticks": self.ticks, "last_error": self.last_error,
+            "nodes": {n.node_id: {"name": n.name, "status": n.status.value, "since": n.since, "last_beat": n.last_beat,
+                                  "ray_dead": n.ray_dead, "degraded": list(n.degraded)} for n in self.policy.nodes.values()},
+            "flaps": self.policy.flaps_json(), "collected": sorted(self.policy.collected),
+        }

@@ -1,0 +1,215 @@
+"""``LocalFabric``: a real multi-node Ray cluster on this machine, one node per probe profile.
+
+Each node is a real raylet (``ray.cluster_utils.Cluster``) started with its profile's Ray
+resources and labels (exactly what ``fabric join --profile`` would give it) plus a
+``fabric.io/profile`` label, so the node's ProbeActor reads the profile's recording: the whole
+stack (probe -> labels/resources -> registry -> health -> scheduler -> dispatch) runs for real.
+Ray's health checks are fast (500 ms x 3: a SIGKILLed raylet is declared dead in ~1.5 s).
+
+It stops exactly what it started: its own cluster's processes (through the ``Cluster`` object,
+which knows their pids) and its driver connection. Never ``ray stop``, never kill by name: other
+clusters on the machine are left alone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from fabric.health import PROFILE_LABEL
+from fabric.settings import FabricSettings
+
+FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+
+
+@dataclass
+class LocalNode:
+    """One node of a LocalFabric: its name, profile, Ray node id and whether it is running."""
+
+    name: str
+    profile: str
+    node_id: str
+    ray_node: Any = field(repr=False, default=None)
+    alive: bool = True
+    resources: dict[str, float] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def node_spec(profile: str, name: str | None = None, *, max_slots: int | None = None, pool: str | None = None,
+              pool_tier: str | None = None, zone: str | None = None) -> dict[str, Any]:
+    """``Cluster.add_node`` arguments for a node of ``profile``: CPUs = its fabric slots, its
+    capability resources and labels, and the profile label the probe actor reads."""
+    from fabric.profiles import profile_path
+    from probes import RecordedSources, probe_node
+
+    name = name or profile
+    caps = probe_node(RecordedSources(profile_path(profile)), name=name)
+    if max_slots is not None and caps.limitations.max_concurrent_tasks > max_slots:
+        caps = probe_node(RecordedSources(profile_path(profile)), name=name, max_concurrent_tasks=max_slots)
+    labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone)
+    labels[PROFILE_LABEL] = profile
+    return {"num_cpus": caps.limitations.max_concurrent_tasks, "resources": caps.to_ray_resources(), "labels": labels}
+
+
+def _ensure_auth_token() -> None:
+    # ray.init() generates ~/.ray/auth_token for a new local cluster when token auth is on; a
+    # Cluster started without ray.init() must do the same or its GCS exits without a token.
+    from ray._private.authentication.authentication_token_setup import ensure_token_if_auth_enabled
+
+    ensure_token_if_auth_enabled(None, create_token_if_missing=True)
+
+
+class LocalFabric:
+    """A local multi-node fabric. Use as a context manager, or call ``close()``.
+
+    ``nodes``: profile names, one node each (a repeated profile gets ``-2``, ``-3`` names).
+    ``settings``: fabric settings for ``fabric.up`` (tests pass small health timings).
+    ``max_slots``: cap every node's slots (and CPUs): this machine is small.
+    ``fabric``: bring the fabric's actors up (``fabric.up``) and wait until every node registered.
+    ``scheduler``: include the scheduler/dispatcher actors when ``fabric`` is on.
+    """
+
+    def __init__(self, nodes: Sequence[str] = (), *, settings: FabricSettings | dict | None = None, max_slots: int | None = None,
+                 head_cpus: float = 1, fabric: bool = True, scheduler: bool = True, dashboard: bool = False,
+                 system_config: dict | None = None, timeout_s: float = 60.0) -> None:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.settings = FabricSettings.load(settings)
+        self.max_slots = max_slots
+        self.timeout_s = timeout_s
+        self.handle: Any = None
+        self._nodes: dict[str, LocalNode] = {}
+        self.history: list[LocalNode] = []
+        self.cluster: Any = None
+        self._connected = False
+        self.timings: dict[str, float] = {}
+        t0 = time.monotonic()
+        _ensure_auth_token()
+        try:
+            self.cluster = Cluster(initialize_head=True, head_node_args=dict(
+                num_cpus=head_cpus, include_dashboard=dashboard,
+                _system_config={**FAST_HEALTH_CHECKS, **(system_config or {})},
+            ))
+            self.timings["head_s"] = time.monotonic() - t0
+            for profile in nodes:
+                self.add_node(self._unique_name(profile), profile=profile, wait=False)
+            self.timings["nodes_s"] = time.monotonic() - t0
+            if ray.is_initialized():
+                ray.shutdown()
+            ray.init(address=self.cluster.address, log_to_driver=False)
+            self._connected = True
+            if fabric:
+                import fabric as fabric_pkg
+
+                self.handle = fabric_pkg.up(self.settings, scheduler=scheduler, timeout_s=timeout_s)
+                self.timings["up_s"] = time.monotonic() - t0
+                self.wait_registered()
+            self.timings["ready_s"] = time.monotonic() - t0
+        except BaseException:
+            self.close()
+            raise
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def _unique_name(self, profile: str) -> str:
+        if profile not in self._nodes and all(n.name != profile for n in self.history):
+            return profile
+        i = 2
+        while f"{profile}-{i}" in self._nodes:
+            i += 1
+        return f"{profile}-{i}"
+
+    def add_node(self, name: str, *, profile: str | None = None, wait: bool = True, pool: str | None = None,
+                 pool_tier: str | None = None, zone: str | None = None) -> LocalNode:
+        """Start (or restart, after ``kill_node``) the node ``name`` from ``profile`` (default: the
+        profile it had, else ``name``). A rejoin is a new Ray node id, hence a new registry record.
+        ``wait``: block until the fabric registered it."""
+        old = self._nodes.get(name)
+        if old is not None and old.alive:
+            raise ValueError(f"node {name!r} is already running ({old.node_id[:12]})")
+        profile = profile or (old.profile if old is not None else name)
+        spec = node_spec(profile, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone)
+        ray_node = self.cluster.add_node(**spec)
+        node = LocalNode(name=name, profile=profile, node_id=ray_node.node_id, ray_node=ray_node,
+                         resources=spec["resources"], labels=spec["labels"])
+        self._nodes[name] = node
+        self.history.append(node)
+        if wait and self.handle is not None:
+            self.wait_registered([node.node_id])
+        return node
+
+    def kill_node(self, name: str) -> LocalNode:
+        """Abrupt loss: the node's raylet and workers are SIGKILLed (no graceful shutdown)."""
+        node = self.node(name)
+        if not node.alive:
+            raise ValueError(f"node {name!r} is not running")
+        self.cluster.remove_node(node.ray_node, allow_graceful=False)
+        node.alive = False
+        return node
+
+    def node(self, name: str) -> LocalNode:
+        """The current node called ``name`` (after a rejoin: the new one)."""
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise KeyError(f"no node {name!r} in this LocalFabric; nodes: {sorted(self._nodes)}") from None
+
+    @property
+    def nodes(self) -> list[LocalNode]:
+        return list(self._nodes.values())
+
+    @property
+    def address(self) -> str:
+        return self.cluster.address
+
+    # -- waiting ----------------------------------------------------------------------------------
+    def wait_until(self, predicate: Callable[[], Any], what: str, timeout_s: float | None = None, interval_s: float = 0.1) -> Any:
+        """Poll ``predicate`` until it returns something truthy; ``TimeoutError`` saying ``what``
+        (and the last value or error) otherwise."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
+        last: Any = None
+        while True:
+            try:
+                value = predicate()
+                if value:
+                    return value
+                last = value
+            except Exception as exc:  # an actor restarting mid-poll: keep polling
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"timed out waiting for {what}; last seen: {last!r}")
+            time.sleep(interval_s)
+
+    def wait_registered(self, node_ids: Sequence[str] | None = None, timeout_s: float | None = None) -> None:
+        """Wait until the registry holds an ``active`` record for each node (default: every running one)."""
+        wanted = set(node_ids) if node_ids is not None else {n.node_id for n in self._nodes.values() if n.alive}
+
+        def done():
+            have = {r.node_id for r in self.handle.records(["active"])}
+            missing = wanted - have
+            return not missing or False
+
+        self.wait_until(done, f"registration of nodes {sorted(i[:12] for i in wanted)}", timeout_s)
+
+    # -- teardown -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Disconnect the driver and stop this cluster's processes (and nothing else)."""
+        import ray
+
+        if self._connected:
+            try:
+                ray.shutdown()
+            finally:
+                self._connected = False
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.shutdown()
+        for node in self._nodes.values():
+            node.alive = False
+
+    def __enter__(self) -> "LocalFabric":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
