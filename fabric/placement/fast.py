@@ -139,7 +139,7 @@ def _plan(fleet: FleetView, req: Requirement, avoid: bool, pool: str, pts) -> li
     tier (in key order) of the bucket lists (free-CPU classes that may fit; both spare kinds
     when not avoiding). Bucket lists are long-lived objects of the fleet, so a plan stays
     valid; it is cached on the fleet per (requirement, avoid)."""
-    key = (req.class_key, avoid)
+    key = req.class_id * 2 + avoid
     plan = fleet._plans.get(key)
     if plan is not None:
         return plan
@@ -197,11 +197,11 @@ def _first_level_ranks(req: Requirement) -> range:
 
 def _place_simple(fleet: FleetView, req: Requirement, ctx: PlacementContext, pool: str, pts) -> Decision:
     if ctx is TASK_CONTEXT:
-        fits = _TASK_FITS.get(req.class_key)
+        fits = _TASK_FITS.get(req.class_id)
         if fits is None:
             if len(_TASK_FITS) >= _PLAN_CACHE_MAX:
                 _TASK_FITS.clear()
-            fits = _TASK_FITS[req.class_key] = _make_fits(req, ctx)
+            fits = _TASK_FITS[req.class_id] = _make_fits(req, ctx)
         avoid = True
     else:
         fits = _make_fits(req, ctx)

@@ -219,8 +219,7 @@ class FleetView:
             changes["pool_tier"] = self._fixed_tier[pool]
         if old is not None and keep_usage:
             changes.update({f: getattr(old, f) for f in _USAGE_FIELDS})
-        if changes:
-            rec = rec.evolve(**changes)
+        rec = rec.evolve(**changes) if changes else rec._copy()  # the fleet owns its records
         if old is not None:
             self._unindex(old)
         self._put(rec.node_id, rec)
@@ -251,17 +250,18 @@ class FleetView:
         return decision.allocation
 
     def reserve(self, a: Allocation) -> NodeRecord:
-        """Apply an allocation to its node (also used to rebuild state after a restart)."""
-        rec, d, before = self._writable(a.node_id)
-        d["running"] = d["running"] + a.slots
+        """Apply an allocation to its node (also used to rebuild state after a restart).
+        Amounts are plain float sums: drift stays far below the filters' 1e-9 slack."""
+        rec, d = self._writable(a.node_id)
+        d["running"] += a.slots
         if a.cpus:
-            d["reserved_cpus"] = round(d["reserved_cpus"] + a.cpus, 9)
+            d["reserved_cpus"] += a.cpus
         if a.memory_mib:
-            d["reserved_memory_mib"] = round(d["reserved_memory_mib"] + a.memory_mib, 9)
+            d["reserved_memory_mib"] += a.memory_mib
         if a.gpu_positions:
             g = list(d["gpu_reserved"])
             for i in a.gpu_positions:
-                g[i] = round(g[i] + a.gpu_fraction, 9)
+                g[i] += a.gpu_fraction
             d["gpu_reserved"] = tuple(g)
         if a.ports:
             d["ports"] = d["ports"].union(a.ports)
@@ -269,23 +269,23 @@ class FleetView:
             d["jobs"] = d["jobs"] | {a.job_id}
             if a.exclusive:
                 d["exclusive_job"] = a.job_id
-        self._usage_changed(rec, d, before)
+        self._usage_changed(rec, d)
         return rec
 
     def release(self, a: Allocation) -> NodeRecord | None:
         """Give an allocation back (work ended). A node already removed is ignored."""
         if a.node_id not in self._records:
             return None
-        rec, d, before = self._writable(a.node_id)
+        rec, d = self._writable(a.node_id)
         d["running"] = max(0, d["running"] - a.slots)
         if a.cpus:
-            d["reserved_cpus"] = max(0.0, round(d["reserved_cpus"] - a.cpus, 9))
+            d["reserved_cpus"] = max(0.0, d["reserved_cpus"] - a.cpus)
         if a.memory_mib:
-            d["reserved_memory_mib"] = max(0.0, round(d["reserved_memory_mib"] - a.memory_mib, 9))
+            d["reserved_memory_mib"] = max(0.0, d["reserved_memory_mib"] - a.memory_mib)
         if a.gpu_positions:
             g = list(d["gpu_reserved"])
             for i in a.gpu_positions:
-                g[i] = max(0.0, round(g[i] - a.gpu_fraction, 9))
+                g[i] = max(0.0, g[i] - a.gpu_fraction)
             d["gpu_reserved"] = tuple(g)
         if a.ports:
             d["ports"] = d["ports"].difference(a.ports)
@@ -294,45 +294,49 @@ class FleetView:
             if d["exclusive_job"] == a.job_id:
                 d["exclusive_job"] = None
         self.stats.released += 1
-        self._usage_changed(rec, d, before)
+        self._usage_changed(rec, d)
         return rec
 
     # -- indexes -------------------------------------------------------------------------------------
     def _writable(self, node_id: str):
-        """(record, its __dict__, its index entry before the change); copies the record first
-        when a snapshot or copy may hold it (copy-on-write)."""
+        """(record, its __dict__), copying the record first when a snapshot or a copy of this
+        fleet may hold it (copy-on-write)."""
         rec = self._records.get(node_id)
         if rec is None:
             raise NodeNotFoundError(node_id)
         d = rec.__dict__
-        running = d["running"]
-        before = (running < d["_slots"] and d["_eligible"], d["_load"],
-                  bisect_right(CPU_BOUNDS, d["_cpu_total"] - d["reserved_cpus"] + EPS),
-                  d["spare"] and running == 0 and not d["jobs"])
         if d["_gen"] <= self._cow_gen:
             rec = rec._copy()
             self._put(node_id, rec)
             d = rec.__dict__
-        return rec, d, before
+        return rec, d
 
-    def _usage_changed(self, rec: NodeRecord, d: dict, before: tuple) -> None:
-        running, slots, total, reserved = d["running"], d["_slots"], d["_cpu_total"], d["reserved_cpus"]
-        d["_load"] = load = round(max(d["_util"], reserved / total if total > 0 else 1.0, running / slots), 9)
-        was, old_load, old_cls, old_spare = before
-        now = running < slots and d["_eligible"]
-        new_cls = bisect_right(CPU_BOUNDS, total - reserved + EPS)
-        new_spare = d["spare"] and running == 0 and not d["jobs"]
-        if was is now and load == old_load and old_cls == new_cls and old_spare is new_spare:
-            return
-        binpack = self._binpack.get((rec.pool, rec.pool_tier))  # type: ignore[arg-type]
+    def _placement(self, d: dict) -> "tuple[tuple, tuple] | tuple[None, None]":
+        """(bucket key, sorted entry) for a record's ``__dict__``, or (None, None) when it is not
+        placeable or outside every configured pool tier."""
+        if not (d["_eligible"] and d["running"] < d["_slots"]):
+            return None, None
+        binpack = self._binpack.get((d["pool"], d["pool_tier"]))
         if binpack is None:
+            return None, None
+        key = (d["pool"], d["pool_tier"], d["_rank"], d["launching"],
+               d["spare"] and d["running"] == 0 and not d["jobs"],
+               bisect_right(CPU_BOUNDS, d["_cpu_total"] - d["reserved_cpus"] + EPS))
+        return key, (-d["_load"] if binpack else d["_load"], d["node_id"])
+
+    def _usage_changed(self, rec: NodeRecord, d: dict) -> None:
+        running, total, reserved = d["running"], d["_cpu_total"], d["reserved_cpus"]
+        d["_load"] = max(d["_util"], reserved / total if total > 0 else 1.0, running / d["_slots"])
+        key, entry = self._placement(d)
+        old_key, old_entry = d["_bk"], d["_entry"]
+        if key == old_key and entry == old_entry:
             return
-        head = (rec.pool, rec.pool_tier, rec._rank, rec.launching)
-        if was:
-            lst = self.buckets[head + (old_spare, old_cls)]
-            del lst[bisect_left(lst, (-old_load if binpack else old_load, rec.node_id))]
-        if now:
-            insort(self._bucket(head + (new_spare, new_cls)), (-load if binpack else load, rec.node_id))
+        if old_key is not None:
+            lst = self.buckets[old_key]
+            del lst[bisect_left(lst, old_entry)]
+        if key is not None:
+            insort(self._bucket(key), entry)
+        d["_bk"], d["_entry"] = key, entry
 
     def _bucket(self, key: tuple) -> list:
         lst = self.buckets.get(key)
@@ -341,28 +345,27 @@ class FleetView:
         return lst
 
     def _index(self, rec: NodeRecord) -> None:
+        d = rec.__dict__
         seg = (rec.pool, rec.pool_tier)
-        binpack = self._binpack.get(seg)  # type: ignore[arg-type]
         if rec.status is not NodeStatus.DEAD:
             self.counts[seg] = self.counts.get(seg, 0) + 1  # type: ignore[index]
-        if binpack is None:
-            return  # outside every configured pool tier: never placeable
-        self.members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
-        if rec.placeable:
-            lst = self._bucket((rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec)))
-            insort(lst, (-rec._load if binpack else rec._load, rec.node_id))
+        if seg in self._binpack:
+            self.members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
+        key, entry = self._placement(d)
+        if key is not None:
+            insort(self._bucket(key), entry)
+        d["_bk"], d["_entry"] = key, entry
 
     def _unindex(self, rec: NodeRecord) -> None:
+        d = rec.__dict__
         seg = (rec.pool, rec.pool_tier)
-        binpack = self._binpack.get(seg)  # type: ignore[arg-type]
         if rec.status is not NodeStatus.DEAD:
             self.counts[seg] -= 1  # type: ignore[index]
-        if binpack is None:
-            return
-        self.members[(rec.pool, rec.pool_tier, rec._rank)].discard(rec.node_id)
-        if rec.placeable:
-            lst = self.buckets[(rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec))]
-            del lst[bisect_left(lst, (-rec._load if binpack else rec._load, rec.node_id))]
+        if seg in self._binpack:
+            self.members[(rec.pool, rec.pool_tier, rec._rank)].discard(rec.node_id)
+        if d["_bk"] is not None:
+            lst = self.buckets[d["_bk"]]
+            del lst[bisect_left(lst, d["_entry"])]
 
     def validate(self) -> None:
         """Check every index against the records (tests call this after every event)."""
@@ -378,8 +381,12 @@ class FleetView:
                 continue
             members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
             if rec.placeable:
-                buckets.setdefault((rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec)), []).append(
-                    (-rec._load if binpack else rec._load, rec.node_id))
+                key = (rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec))
+                entry = (-rec._load if binpack else rec._load, rec.node_id)
+                buckets.setdefault(key, []).append(entry)
+                assert (rec._bk, rec._entry) == (key, entry), f"{rec.node_id}: stale index position"
+            else:
+                assert rec._bk is None, f"{rec.node_id}: indexed but not placeable"
             assert rec.running <= rec.slots, f"{rec.node_id}: {rec.running} running > {rec.slots} slots"
         for v in buckets.values():
             v.sort()

@@ -102,6 +102,8 @@ class NodeRecord:
     _load: float = field(init=False, repr=False, compare=False)
     _eligible: bool = field(init=False, repr=False, compare=False)
     _gen: int = field(init=False, repr=False, compare=False)
+    _bk: "tuple | None" = field(init=False, repr=False, compare=False)
+    _entry: "tuple | None" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         s = object.__setattr__
@@ -137,6 +139,8 @@ class NodeRecord:
         s(self, "_load", compute_load(self))
         s(self, "_eligible", self.status is NodeStatus.ACTIVE and not self.flap_held and not self.unhealthy and not self.cordoned)
         s(self, "_gen", next(GENERATIONS))
+        s(self, "_bk", None)  # where a fleet indexes it: bucket key and sorted entry
+        s(self, "_entry", None)
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -239,7 +243,7 @@ def compute_load(rec: NodeRecord) -> float:
     cpu_total = d["_cpu_total"]
     cpu_share = d["reserved_cpus"] / cpu_total if cpu_total > 0 else 1.0
     slot_share = d["running"] / d["_slots"]
-    return round(max(d["_util"], cpu_share, slot_share), 9)
+    return max(d["_util"], cpu_share, slot_share)
 
 
 def gpu_model_matches(rec: NodeRecord, position: int, wanted: str) -> bool:

@@ -19,6 +19,7 @@ Defaults (decided here, documented in API terms):
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,9 @@ _PORT = re.compile(r"^(\d{1,5})/(tcp|udp)$")
 _PREFER = ("highest", "lowest")
 _WHEN_FULL = ("spill", "wait")
 _SCALE = ("degrade_first", "provision_first")
+_CLASS_IDS: dict[tuple, int] = {}
+_CLASS_IDS_MAX = 100_000
+_NEXT_CLASS_ID = itertools.count(1)
 
 
 def _parse_tier(field: str, value: Any) -> ComputeTier:
@@ -84,7 +88,7 @@ class Requirement:
     __slots__ = (
         "min_tier", "floor", "fallback", "num_cpus", "memory_mib", "num_cores", "num_gpus",
         "gpu_model", "capabilities", "ports", "pool", "prefer", "exclusive", "payload_size",
-        "when_full", "scale", "class_key", "_hash",
+        "when_full", "scale", "class_key", "class_id", "_hash",
     )
 
     min_tier: ComputeTier
@@ -121,6 +125,9 @@ class Requirement:
     """``degrade_first`` (walk every existing-node level before provisioning) or ``provision_first``."""
     class_key: tuple
     """Everything that affects placement, as one hashable tuple."""
+    class_id: int
+    """A small integer standing for ``class_key`` in this process (never reused for another
+    key), so that per-class caches can key on an int instead of hashing the tuple."""
 
     def __init__(
         self,
@@ -201,7 +208,13 @@ class Requirement:
             port_tokens, pool, prefer, bool(exclusive), when_full, scale,
         )
         s(self, "class_key", key)
-        s(self, "_hash", hash((key, payload_size)))
+        cid = _CLASS_IDS.get(key)
+        if cid is None:
+            if len(_CLASS_IDS) >= _CLASS_IDS_MAX:
+                _CLASS_IDS.clear()  # ids are never reused, so caches keyed by old ids stay correct
+            cid = _CLASS_IDS[key] = next(_NEXT_CLASS_ID)
+        s(self, "class_id", cid)
+        s(self, "_hash", hash((cid, payload_size)))
 
     # -- immutability, equality, pickling ---------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
@@ -213,7 +226,7 @@ class Requirement:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Requirement):
             return NotImplemented
-        return self.class_key == other.class_key and self.payload_size == other.payload_size
+        return (self.class_id == other.class_id or self.class_key == other.class_key) and self.payload_size == other.payload_size
 
     def __reduce__(self):
         return (_rebuild, (self.as_kwargs(),))

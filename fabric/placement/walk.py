@@ -57,8 +57,25 @@ def placed(rec: NodeRecord, req: Requirement, ctx: PlacementContext, level: Comp
         gpu_index, frac = None, 0.0
     alloc = Allocation(rec.node_id, req.num_cpus, req.memory_mib, gpu_index, frac, gpus, req.ports, 1,
                        ctx.job_id, ctx.template, req.exclusive, next(_ALLOC_IDS))
-    return Decision("placed", req, ctx, node_id=rec.node_id, node_name=rec.name, tier=level, node_tier=rec.tier,
-                    pool=pool, pool_tier=pt, allocation=alloc, resilience_violations=violations, trace=trace)
+    # built slot by slot: this is the hot path, and keyword parsing is a measurable share of it
+    d = object.__new__(Decision)
+    d.status = "placed"
+    d.requirement = req
+    d.context = ctx
+    d.node_id = rec.node_id
+    d.node_name = rec.name
+    d.tier = level
+    d.node_tier = rec.tier
+    d.fallback_levels = req.min_tier.rank - level.rank
+    d.reason = ""
+    d.pool = pool
+    d.pool_tier = pt
+    d.shape = None
+    d.allocation = alloc
+    d.gpu_index = gpu_index
+    d.resilience_violations = violations
+    d.trace = trace
+    return d
 
 
 def provision(shape: NodeShape, req: Requirement, ctx: PlacementContext, level: ComputeTier, pool: str, pt: str,
