@@ -117,6 +117,9 @@ class PlacementTrace:
         step = self._main_step()
         return list(step.survivors) if step is not None else []
 
+    def __reduce__(self):  # a lazy trace is materialised to cross a process boundary
+        return (PlacementTrace, (self.steps, self.decided_at))
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PlacementTrace):
             return NotImplemented

@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from fabric.errors import NodeNotFoundError
+from fabric.errors import CapacityError, NodeNotFoundError
 from fabric.lifecycle import NodeStatus
 from fabric.placement.decision import Allocation, Decision
 from fabric.placement.records import EPS, GENERATIONS, NodeRecord, compute_load
@@ -240,9 +240,14 @@ class FleetView:
 
     # -- reservation events --------------------------------------------------------------------
     def commit(self, decision: Decision) -> Allocation | None:
-        """Apply a placed decision's allocation (no-op for provision/deferred); counts fallbacks."""
+        """Apply a placed decision's allocation (no-op for provision/deferred); counts fallbacks.
+        ``CapacityError`` if the node has no free slot any more (a stale decision: place again)."""
         if decision.status != "placed" or decision.allocation is None:
             return None
+        rec = self._records.get(decision.node_id)  # type: ignore[arg-type]
+        if rec is None or rec.running >= rec._slots:
+            raise CapacityError(f"node {decision.node_id} can no longer take this placement (stale decision)",
+                                requirement=decision.requirement, reason="stale decision")
         self.reserve(decision.allocation)
         self.stats.placed += 1
         if decision.fallback_levels > 0:

@@ -145,3 +145,24 @@ def test_lazy_trace_reads_the_fleet_as_it_was():
 def test_fleet_iterates_in_id_order_and_default_settings():
     f = FleetView([node("b"), node("a")])
     assert [r.node_id for r in f] == ["a", "b"] and f.default_pool == "default"
+
+
+def test_stale_decision_is_refused_at_commit():
+    from fabric.errors import CapacityError
+
+    f = fleet(node("a", slots=1))
+    d1 = place(f, Requirement(min_tier="cpu_ffmpeg"))
+    d2 = place(f, Requirement(min_tier="cpu_ffmpeg"))  # decided before d1 was committed
+    f.commit(d1)
+    with pytest.raises(CapacityError):
+        f.commit(d2)
+    f.validate()
+
+
+def test_decisions_and_traces_pickle():
+    f = fleet(node("a"), node("b", cordoned=True))
+    d = place(f, Requirement(min_tier="cpu_ffmpeg"), trace=True)
+    again = pickle.loads(pickle.dumps(d))
+    assert again.same_outcome(d) and again.trace == d.trace and again.allocation == d.allocation
+    assert "cordoned" in again.explain(verbose=True)
+    assert json.loads(json.dumps(d.to_dict()))["node_id"] == "a"

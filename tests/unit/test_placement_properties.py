@@ -163,3 +163,12 @@ def test_insertion_order_and_copies_do_not_change_decisions(seed):
         ctx = synth.random_context(rnd, ids)
         assert place(fleet, req, ctx).same_outcome(place(other, req, ctx))
         assert place(fleet.copy(), req, ctx).same_outcome(place(fleet, req, ctx))
+
+
+def test_realistic_fleet_burst_agrees_with_reference():
+    fleet = FleetView(synth.realistic_fleet(300, seed=5), synth.bench_settings())
+    reqs = synth.realistic_requests(200, seed=9)
+    fast_d = synth_place_many(fleet.copy(), reqs, fast=True)
+    ref_d = synth_place_many(fleet.copy(), reqs, fast=False)
+    assert all(a.same_outcome(b) for a, b in zip(fast_d, ref_d))
+    assert {d.status for d in fast_d} >= {"placed"}
