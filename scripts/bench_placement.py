@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from collections import deque
@@ -142,7 +143,8 @@ def main(argv=None) -> int:
               f"{str(r['agrees_with_reference']):>6}  {r['placed']}/{r['provision']}/{r['deferred']}  {r['fallbacks']}")
     print("\ndecisions/s: per CPU-second of this thread (one core), commit and release bookkeeping included;"
           " wall-clock rates: " + ", ".join(f"{r['nodes']}: {r['wall_decisions_per_s']:,}/s" for r in rows))
-    print("targets: >= 50,000/s at 1,000 nodes, >= 10,000/s at 10,000, trace on <= 10x off")
+    print("targets: >= 50,000/s at 1,000 nodes, >= 10,000/s at 10,000, trace on <= 10x off"
+          f"  (load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
     return 0
 
 
