@@ -282,20 +282,87 @@ def _candidates(fleet: FleetView, ctx: PlacementContext, pool: str, pt: str, ran
     return out
 
 
+def _make_key(q: Query) -> Callable[[NodeRecord], tuple]:
+    """``keys.placement_key`` for one step with the context's parts worked out once (the
+    property tests hold the two equal)."""
+    ctx = q.ctx
+    other = ctx.other_node
+    f_node = other is not None and ctx.same_node == "forbid"
+    f_az = other is not None and ctx.same_az == "forbid"
+    f_cloud = other is not None and ctx.same_cloud == "forbid"
+    oz, oc = ctx.other_zone, ctx.other_cloud
+    avoid, prefer_sp = ctx.avoid_spares, ctx.prefer_spares
+    template = ctx.template
+    images = q.images
+    highest = q.req.prefer == "highest"
+    spread = q.packing == "spread"
+    zones = q.peer_zones if ctx.intra_zone == "soft" else frozenset()
+
+    def key(rec: NodeRecord) -> tuple:
+        viol = 0
+        if other is not None:
+            viol = ((f_node and rec.node_id == other) + (f_az and rec.zone is not None and rec.zone == oz)
+                    + (f_cloud and rec.cloud is not None and rec.cloud == oc))
+        unconsumed = rec.spare and rec.running == 0 and not rec.jobs
+        warm = rec.warm
+        return (
+            viol,
+            1 if rec.launching else 0,
+            1 if (unconsumed and avoid) else 0,
+            -rec._rank if highest else rec._rank,
+            -sum(1 for image in images if image in warm) if images else 0,
+            0 if (unconsumed and template is not None and template in rec.spare_reserved_for) else 1,
+            0 if (unconsumed and prefer_sp) else 1,
+            rec._load if spread else -rec._load,
+            0 if (zones and rec.zone in zones) else 1,
+            rec.node_id,
+        )
+
+    return key
+
+
+def _best_in_step(fleet: FleetView, req: Requirement, ctx: PlacementContext, pool: str, pt, level: ComputeTier,
+                  ranks, fits, key_of) -> "tuple[tuple, NodeRecord] | None":
+    """(key, record) of the smallest key among the step's survivors. Candidates come in the
+    order of key components 2-4 (launching, avoided spare, tier), tier by tier; once the best so
+    far breaks no resilience rule, nothing in a later tier can beat it, so the scan stops there."""
+    if ctx.target_node is not None:
+        top = None
+        for rec in _candidates(fleet, ctx, pool, pt.name, ranks):
+            if fits(rec) is not None:
+                key = key_of(rec)
+                if top is None or key < top[0]:
+                    top = (key, rec)
+        return top
+    records = fleet._records
+    plan = _plan(fleet, req, ctx.avoid_spares, pool, fleet.pool_tiers[pool])
+    groups = next(g for rank, p, g in plan if rank == level.rank and p is pt)
+    top = None
+    for tiers in groups:
+        for lists in tiers:
+            for lst in lists:
+                for _, nid in lst:
+                    rec = records[nid]
+                    if fits(rec) is not None:
+                        key = key_of(rec)
+                        if top is None or key < top[0]:
+                            top = (key, rec)
+            if top is not None and top[0][0] == 0:
+                return top
+    return top
+
+
 def _place_general(fleet: FleetView, req: Requirement, ctx: PlacementContext, pool: str, pts) -> Decision:
     best = None  # (violations, key, rec, query)
     min_rank = req.min_tier.rank
     waited = False
+    fits = _make_fits(req, ctx)  # == every filter the candidate lists do not already imply
     for kind, level, pt in walk.steps(req, pts):
         if kind == "existing":
             q = Query(req, ctx, level, pool, pt)
+            key_of = _make_key(q)
             ranks = _first_level_ranks(req) if level.rank == min_rank else (level.rank,)
-            top = None
-            for rec in _candidates(fleet, ctx, pool, pt.name, ranks):
-                if first_failing(rec, q) is None:
-                    key = placement_key(rec, q)
-                    if top is None or key < top[0]:
-                        top = (key, rec)
+            top = _best_in_step(fleet, req, ctx, pool, pt, level, ranks, fits, key_of)
             if top is not None:
                 key, rec = top
                 if best is None or key[0] < best[0]:

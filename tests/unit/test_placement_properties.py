@@ -172,3 +172,19 @@ def test_realistic_fleet_burst_agrees_with_reference():
     ref_d = synth_place_many(fleet.copy(), reqs, fast=False)
     assert all(a.same_outcome(b) for a, b in zip(fast_d, ref_d))
     assert {d.status for d in fast_d} >= {"placed"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS)
+def test_fast_key_equals_reference_key(seed):
+    from fabric.placement.fast import _make_key
+
+    rnd, fleet, ids = _world(seed)
+    req = synth.random_requirement(rnd)
+    ctx = synth.random_context(rnd, ids)
+    pool = req.pool or fleet.default_pool
+    for pt in fleet.pool_tiers.get(pool, ()):
+        q = Query(req, ctx, req.min_tier, pool, pt)
+        key_of = _make_key(q)
+        for rec in fleet.records():
+            assert key_of(rec) == placement_key(rec, q)
