@@ -161,7 +161,7 @@ class HealthMonitorActor:
 
     async def status(self) -> dict[str, Any]:
         return {
-            "pid": os.getpid(), "started_at": self.started_at, "ticks": self.ticks, "last_error": self.last_error,
+            "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "started_at": self.started_at, "ticks": self.ticks, "last_error": self.last_error,
             "nodes": {n.node_id: {"name": n.name, "status": n.status.value, "since": n.since, "last_beat": n.last_beat,
                                   "ray_dead": n.ray_dead, "degraded": list(n.degraded)} for n in self.policy.nodes.values()},
             "flaps": self.policy.flaps_json(), "collected": sorted(self.policy.collected),

@@ -13,6 +13,8 @@ clusters on the machine are left alone.
 
 from __future__ import annotations
 
+import atexit
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -81,6 +83,9 @@ class LocalFabric:
         self.timeout_s = timeout_s
         self.handle: Any = None
         self._nodes: dict[str, LocalNode] = {}
+        self._reserved: set[str] = set()
+        self._lock = threading.Lock()
+        atexit.register(self.close)
         self.history: list[LocalNode] = []
         self.cluster: Any = None
         self._connected = False
@@ -93,18 +98,22 @@ class LocalFabric:
                 _system_config={**FAST_HEALTH_CHECKS, **(system_config or {})},
             ))
             self.timings["head_s"] = time.monotonic() - t0
-            for profile in nodes:
-                self.add_node(self._unique_name(profile), profile=profile, wait=False)
-            self.timings["nodes_s"] = time.monotonic() - t0
             if ray.is_initialized():
                 ray.shutdown()
             ray.init(address=self.cluster.address, log_to_driver=False)
             self._connected = True
+            # The fabric's actors come up first, so each node registers while the next one starts.
+            # (Raylets start one at a time: started in parallel on a small machine they miss their
+            # start deadline.)
             if fabric:
                 import fabric as fabric_pkg
 
                 self.handle = fabric_pkg.up(self.settings, scheduler=scheduler, timeout_s=timeout_s)
                 self.timings["up_s"] = time.monotonic() - t0
+            for profile in nodes:
+                self.add_node(self._reserve_name(profile), profile=profile, wait=False)
+            self.timings["nodes_s"] = time.monotonic() - t0
+            if fabric:
                 self.wait_registered()
             self.timings["ready_s"] = time.monotonic() - t0
         except BaseException:
@@ -112,13 +121,12 @@ class LocalFabric:
             raise
 
     # -- nodes ----------------------------------------------------------------------------------
-    def _unique_name(self, profile: str) -> str:
-        if profile not in self._nodes and all(n.name != profile for n in self.history):
-            return profile
-        i = 2
-        while f"{profile}-{i}" in self._nodes:
-            i += 1
-        return f"{profile}-{i}"
+    def _reserve_name(self, profile: str) -> str:
+        name, i = profile, 2
+        while name in self._reserved:
+            name, i = f"{profile}-{i}", i + 1
+        self._reserved.add(name)
+        return name
 
     def add_node(self, name: str, *, profile: str | None = None, wait: bool = True, pool: str | None = None,
                  pool_tier: str | None = None, zone: str | None = None) -> LocalNode:
@@ -133,8 +141,10 @@ class LocalFabric:
         ray_node = self.cluster.add_node(**spec)
         node = LocalNode(name=name, profile=profile, node_id=ray_node.node_id, ray_node=ray_node,
                          resources=spec["resources"], labels=spec["labels"])
-        self._nodes[name] = node
-        self.history.append(node)
+        with self._lock:
+            self._reserved.add(name)
+            self._nodes[name] = node
+            self.history.append(node)
         if wait and self.handle is not None:
             self.wait_registered([node.node_id])
         return node
@@ -205,6 +215,7 @@ class LocalFabric:
         if self.cluster is not None:
             cluster, self.cluster = self.cluster, None
             cluster.shutdown()
+        atexit.unregister(self.close)
         for node in self._nodes.values():
             node.alive = False
 
