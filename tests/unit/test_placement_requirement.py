@@ -148,3 +148,13 @@ def test_context_policies():
     assert PlacementContext(exclude_nodes={"a"}).exclude_nodes == frozenset({"a"})
     assert PlacementContext().simple and not PlacementContext(template="t").simple
     assert pickle.loads(pickle.dumps(rec)) == rec
+
+
+def test_with_payload_is_the_same_class():
+    base = Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg", ports=("1935/tcp",))
+    call = base.with_payload(4096)
+    assert call.payload_size == 4096 and call.class_key == base.class_key and call.class_id == base.class_id
+    assert call == Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg", ports=("1935/tcp",), payload_size=4096)
+    assert hash(call) == hash(Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg", ports=("1935/tcp",), payload_size=4096))
+    with pytest.raises(RequirementError):
+        base.with_payload(-1)
