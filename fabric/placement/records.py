@@ -216,6 +216,10 @@ class NodeRecord:
         out["slots"] = self.slots
         return out
 
+    def model_dump(self, mode: str = "json") -> dict[str, Any]:
+        """``to_dict()`` under pydantic's name, for code that treats records like the other models."""
+        return self.to_dict()
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeRecord":
         """Inverse of ``to_dict``."""
