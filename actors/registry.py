@@ -188,7 +188,14 @@ class Registry:
 
     # -- operator changes --------------------------------------------------------------------------------
     def set_cordoned(self, node: str, cordoned: bool) -> RegistryRecord:
-        record = self.record(node).model_copy(update={"cordoned": bool(cordoned)})
+        """Cordon or uncordon. Uncordoning a draining node withdraws the drain: it is active again
+        (seed 000: uncordon withdraws a drain)."""
+        record = self.record(node)
+        update: dict[str, Any] = {"cordoned": bool(cordoned)}
+        if not cordoned and record.status is NodeStatus.DRAINING:
+            update["status"] = check_transition(f"node {record.node_id[:12]} ({record.name})", record.status, NodeStatus.ACTIVE)
+            update["status_since"] = self.clock()
+        record = record.model_copy(update=update)
         self.store.upsert(record)
         return record
 

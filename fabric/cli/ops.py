@@ -1,0 +1,117 @@
+"""Operator commands against a running fabric: ``cordon``, ``uncordon``, ``drain``, ``explain``.
+
+``explain`` is a dry-run placement against the live fleet: the decision and its trace (every
+node's first failing filter, every survivor's ranking key), for a person or as ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from fabric.errors import FabricError
+
+
+def add_parser(subparsers: Any) -> None:
+    for command, helptext in (("cordon", "keep new work off a node (running work is left alone)"),
+                              ("uncordon", "let a cordoned or drained node take work again"),
+                              ("drain", "cordon a node, let its running work finish within the grace, then mark it draining")):
+        p = subparsers.add_parser(command, help=helptext, description=helptext)
+        p.add_argument("node", help="node name or Ray node id")
+        p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+        if command == "drain":
+            p.add_argument("--grace", type=float, metavar="SECONDS", help="drain grace (default: the settings' drain_grace_s)")
+        p.set_defaults(func=run_node_op, op=command)
+    e = subparsers.add_parser("explain", help="dry-run a placement against the live fleet and show why",
+                              description="dry-run a placement against the live fleet and show why")
+    e.add_argument("--min-tier", help="best tier the work asks for")
+    e.add_argument("--floor", help="lowest tier it may degrade to")
+    e.add_argument("--hard", action="store_true", help="never degrade (fallback=False)")
+    e.add_argument("--operation", help="a named operation preset instead of --min-tier")
+    e.add_argument("--num-cpus", type=float, help="CPUs the work reserves")
+    e.add_argument("--memory-mib", type=float, help="memory the work reserves")
+    e.add_argument("--num-gpus", type=float, help="GPU capacity the work needs")
+    e.add_argument("--capability", action="append", default=[], metavar="TAG", help="required capability tag (repeatable)")
+    e.add_argument("--pool", help="pool to place into")
+    e.add_argument("--verbose", action="store_true", help="every node's verdict, not only the top survivors")
+    e.add_argument("--json", action="store_true", help="machine-readable output")
+    e.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    e.set_defaults(func=run_explain)
+
+
+def _connect(address: str, command: str):
+    import ray
+
+    try:
+        if not ray.is_initialized():
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        return ray
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"fabric {command}: cannot connect to Ray at {address!r}: {first}", file=sys.stderr)
+        return None
+
+
+def _scheduler(ray, command: str):
+    try:
+        return ray.get_actor("fabric.scheduler", namespace="fabric")
+    except ValueError:
+        print(f"fabric {command}: the fabric is not up on this cluster (no fabric.scheduler actor); run fabric.up()", file=sys.stderr)
+        return None
+
+
+def _unwrap(exc: Exception) -> Exception:
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, Exception) else exc
+
+
+def run_node_op(args) -> int:
+    ray = _connect(args.address, args.op)
+    if ray is None:
+        return 2
+    sched = _scheduler(ray, args.op)
+    if sched is None:
+        return 2
+    try:
+        call = getattr(sched, args.op)
+        ref = call.remote(args.node, args.grace) if args.op == "drain" else call.remote(args.node)
+        node_id = ray.get(ref, timeout=60)
+    except Exception as exc:
+        err = _unwrap(exc)
+        print(f"fabric {args.op}: {err}", file=sys.stderr)
+        return 2 if isinstance(err, (FabricError, KeyError)) else 1
+    print(f"{args.op} {args.node} ({node_id[:12]})")
+    return 0
+
+
+def run_explain(args) -> int:
+    from fabric.client import build_requirement
+
+    opts: dict[str, Any] = {}
+    for flag, key in (("min_tier", "min_tier"), ("floor", "floor"), ("operation", "operation"), ("num_cpus", "num_cpus"),
+                      ("memory_mib", "memory_mib"), ("num_gpus", "num_gpus"), ("pool", "pool")):
+        v = getattr(args, flag)
+        if v is not None:
+            opts[key] = v
+    if args.hard:
+        opts["fallback"] = False
+    if args.capability:
+        opts["capabilities"] = tuple(args.capability)
+    try:
+        req = build_requirement(opts)
+    except FabricError as exc:
+        print(f"fabric explain: {exc}", file=sys.stderr)
+        return 2
+    ray = _connect(args.address, "explain")
+    if ray is None:
+        return 2
+    sched = _scheduler(ray, "explain")
+    if sched is None:
+        return 2
+    out = ray.get(sched.explain.remote(req, None, args.verbose), timeout=60)
+    if args.json:
+        print(json.dumps({"requirement": repr(req), **out}, indent=2, default=str))
+    else:
+        print(out["text"])
+    return 0
