@@ -17,11 +17,13 @@ import atexit
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fabric.health import PROFILE_LABEL
 from fabric.settings import FabricSettings
 
+RECORDING_ENV = "FABRIC_RECORDING"  # what actors.probe reads (fabric.testing may not import actors' modules eagerly)
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
 
 
@@ -54,6 +56,20 @@ def node_spec(profile: str, name: str | None = None, *, max_slots: int | None = 
     return {"num_cpus": caps.limitations.max_concurrent_tasks, "resources": caps.to_ray_resources(), "labels": labels}
 
 
+def recording_node_spec(recording: str, name: str, *, max_slots: int | None = None, pool: str | None = None,
+                        pool_tier: str | None = None, zone: str | None = None) -> dict[str, Any]:
+    """Like ``node_spec`` for an arbitrary recording folder: no profile label (a label cannot hold a
+    path); the raylet's environment carries ``FABRIC_RECORDING`` and its workers inherit it."""
+    from probes import RecordedSources, probe_node
+
+    path = str(Path(recording).resolve())
+    caps = probe_node(RecordedSources(path), name=name)
+    if max_slots is not None and caps.limitations.max_concurrent_tasks > max_slots:
+        caps = probe_node(RecordedSources(path), name=name, max_concurrent_tasks=max_slots)
+    return {"num_cpus": caps.limitations.max_concurrent_tasks, "resources": caps.to_ray_resources(),
+            "labels": caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone), "env_vars": {RECORDING_ENV: path}}
+
+
 def _ensure_auth_token() -> None:
     # ray.init() generates ~/.ray/auth_token for a new local cluster when token auth is on; a
     # Cluster started without ray.init() must do the same or its GCS exits without a token.
@@ -70,11 +86,16 @@ class LocalFabric:
     ``max_slots``: cap every node's slots (and CPUs): this machine is small.
     ``fabric``: bring the fabric's actors up (``fabric.up``) and wait until every node registered.
     ``scheduler``: include the scheduler/dispatcher actors when ``fabric`` is on.
+    ``node_ip_address``: the address every process of this cluster uses (default: Ray's choice;
+    127.0.0.1 when ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``). Give another loopback address
+    (``127.0.0.2``) to let a real ``ray start --address`` / ``fabric join`` reach it: Ray 2.60
+    rewrites ``127.0.0.1``/``localhost`` in a join address to the machine's routable address, and
+    refuses ``ray start --address`` outright with the loopback switch on.
     """
 
     def __init__(self, nodes: Sequence[str] = (), *, settings: FabricSettings | dict | None = None, max_slots: int | None = None,
                  head_cpus: float = 1, fabric: bool = True, scheduler: bool = True, dashboard: bool = False,
-                 system_config: dict | None = None, timeout_s: float = 60.0) -> None:
+                 system_config: dict | None = None, timeout_s: float = 60.0, node_ip_address: str | None = None) -> None:
         import ray
         from ray.cluster_utils import Cluster
 
@@ -90,17 +111,20 @@ class LocalFabric:
         self.cluster: Any = None
         self._connected = False
         self.timings: dict[str, float] = {}
+        self.node_ip_address = node_ip_address
         t0 = time.monotonic()
         _ensure_auth_token()
         try:
             self.cluster = Cluster(initialize_head=True, head_node_args=dict(
                 num_cpus=head_cpus, include_dashboard=dashboard,
+                **({"node_ip_address": node_ip_address} if node_ip_address else {}),
                 _system_config={**FAST_HEALTH_CHECKS, **(system_config or {})},
             ))
             self.timings["head_s"] = time.monotonic() - t0
             if ray.is_initialized():
                 ray.shutdown()
-            ray.init(address=self.cluster.address, log_to_driver=False)
+            ray.init(address=self.cluster.address, log_to_driver=False,
+                     **({"_node_ip_address": node_ip_address} if node_ip_address else {}))
             self._connected = True
             # The fabric's actors come up first, so each node registers while the next one starts.
             # (Raylets start one at a time: started in parallel on a small machine they miss their
@@ -128,16 +152,24 @@ class LocalFabric:
         self._reserved.add(name)
         return name
 
-    def add_node(self, name: str, *, profile: str | None = None, wait: bool = True, pool: str | None = None,
-                 pool_tier: str | None = None, zone: str | None = None) -> LocalNode:
+    def add_node(self, name: str, *, profile: str | None = None, recording: str | None = None, wait: bool = True,
+                 pool: str | None = None, pool_tier: str | None = None, zone: str | None = None) -> LocalNode:
         """Start (or restart, after ``kill_node``) the node ``name`` from ``profile`` (default: the
-        profile it had, else ``name``). A rejoin is a new Ray node id, hence a new registry record.
-        ``wait``: block until the fabric registered it."""
+        profile it had, else ``name``), or from an arbitrary ``recording`` folder (the path reaches
+        the node's probe actor through the raylet's environment, as with ``fabric join --recording``).
+        A rejoin is a new Ray node id, hence a new registry record. ``wait``: block until the
+        fabric registered it."""
         old = self._nodes.get(name)
         if old is not None and old.alive:
             raise ValueError(f"node {name!r} is already running ({old.node_id[:12]})")
-        profile = profile or (old.profile if old is not None else name)
-        spec = node_spec(profile, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone)
+        if recording is not None:
+            spec = recording_node_spec(recording, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone)
+            profile = str(Path(recording).resolve())
+        else:
+            profile = profile or (old.profile if old is not None else name)
+            spec = node_spec(profile, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone)
+        if self.node_ip_address:
+            spec["node_ip_address"] = self.node_ip_address
         ray_node = self.cluster.add_node(**spec)
         node = LocalNode(name=name, profile=profile, node_id=ray_node.node_id, ray_node=ray_node,
                          resources=spec["resources"], labels=spec["labels"])

@@ -1,0 +1,253 @@
+"""``fabric join`` / ``fabric start-head`` (seed 002's one-shot bootstrap agent) and ``fabric status``.
+
+``join`` and ``start-head`` probe the node (the live machine, a bundled ``--profile`` or a
+``--recording DIR``), then run ``ray start`` with the probed capabilities as Ray resources and
+labels, print what they ran, and exit with ``ray start``'s code. ``--dry-run`` prints the command
+without running it. Which recording a node was joined from reaches its ProbeActor two ways: a
+bundled profile as the ``fabric.io/profile`` label; an arbitrary folder (a label cannot hold a
+path) as ``FABRIC_RECORDING=<abs dir>`` in ``ray start``'s environment, which the raylet and
+every worker it starts (the ProbeActor included) inherit.
+
+They refuse clearly (one line, exit 2) when the ``ray`` command is missing, the address is not
+``HOST:PORT``, or nothing answers there; a failure of ``ray start`` itself is summarised.
+
+``status`` connects to a running cluster and prints the fleet as a table (or ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+RECORDING_ENV = "FABRIC_RECORDING"  # the same name actors.probe reads
+PROFILE_LABEL = "fabric.io/profile"
+
+__all__ = ["add_parser", "build_ray_start", "find_ray", "format_status_table", "status_rows"]
+
+
+def add_parser(subparsers: Any) -> None:
+    for command, helptext in (("join", "probe this node and join it to a fabric's Ray cluster (ray start --address ...)"),
+                              ("start-head", "probe this node and start it as a Ray head node (ray start --head)")):
+        p = subparsers.add_parser(command, help=helptext, description=helptext)
+        if command == "join":
+            p.add_argument("--address", required=True, metavar="HOST:PORT", help="the head node's Ray (GCS) address")
+        else:
+            p.add_argument("--port", type=int, metavar="PORT", help="GCS port of the new head (Ray's default: 6379)")
+        src = p.add_mutually_exclusive_group()
+        src.add_argument("--recording", metavar="DIR", help="probe a recording folder instead of this machine (a simulated node)")
+        src.add_argument("--profile", metavar="NAME", help="probe a bundled profile (fabric.testing.profiles())")
+        p.add_argument("--name", help="node name (default: the hostname, or the profile's name)")
+        p.add_argument("--role", action="append", default=[], metavar="ROLE", help="declare a role (repeatable), e.g. relay")
+        p.add_argument("--max-concurrent-tasks", type=int, metavar="N", help="override the node's slots")
+        p.add_argument("--pool", help="pool label")
+        p.add_argument("--pool-tier", help="pool tier label")
+        p.add_argument("--zone", help="zone label")
+        p.add_argument("--ray", metavar="PATH", help="the ray executable (default: next to this Python, else on PATH)")
+        p.add_argument("--dry-run", action="store_true", help="print the ray start command, do not run it")
+        p.add_argument("ray_args", nargs=argparse.REMAINDER, metavar="-- RAY_START_ARGS",
+                       help="extra arguments for ray start after --, e.g. -- --block")
+        p.set_defaults(func=run_start, command_name=command)
+    s = subparsers.add_parser("status", help="print the fleet the fabric knows: name, tier, GPUs, status, running/max, utilisation, last seen")
+    s.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    s.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+    s.set_defaults(func=run_status)
+
+
+# -- join / start-head ----------------------------------------------------------------------------------
+def find_ray(explicit: str | None = None) -> str | None:
+    """The ``ray`` executable: ``explicit``, else the one next to this Python, else on PATH."""
+    if explicit:
+        return explicit if (os.path.isfile(explicit) and os.access(explicit, os.X_OK)) else None
+    here = Path(sys.executable).parent / "ray"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    return shutil.which("ray")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ``ValueError`` saying what is wrong."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379)")
+    return host.strip("[]"), int(port)
+
+
+def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_port: int | None = None, profile: str | None = None,
+                    recording: str | None = None, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
+                    extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """The ``ray start`` argv and the extra environment for a node with capabilities ``caps``."""
+    labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone)
+    if profile:
+        labels[PROFILE_LABEL] = profile
+    argv = [ray, "start"]
+    if address is None:
+        argv += ["--head"] + ([f"--port={head_port}"] if head_port else [])
+    else:
+        argv += [f"--address={address}"]
+    argv += [f"--num-cpus={caps.limitations.max_concurrent_tasks}",
+             f"--resources={json.dumps(caps.to_ray_resources(), sort_keys=True, separators=(',', ':'))}",
+             f"--labels={','.join(f'{k}={v}' for k, v in sorted(labels.items()))}"]
+    argv += list(extra)
+    env = {RECORDING_ENV: str(Path(recording).resolve())} if recording else {}
+    return argv, env
+
+
+def _probe(args: argparse.Namespace) -> Any:
+    from probes import LiveSources, RecordedSources, probe_node
+
+    if args.profile:
+        from fabric.profiles import profile_path
+
+        sources: Any = RecordedSources(profile_path(args.profile))
+    elif args.recording:
+        if not Path(args.recording).is_dir():
+            raise ValueError(f"recording {args.recording!r} is not a folder")
+        sources = RecordedSources(args.recording)
+    else:
+        sources = LiveSources()
+    name = args.name or (args.profile if args.profile else None)
+    return probe_node(sources, name=name, roles=tuple(args.role), max_concurrent_tasks=args.max_concurrent_tasks)
+
+
+def _reachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """None when something accepts TCP at host:port, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
+def _refuse(command: str, message: str) -> int:
+    print(f"fabric {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_start(args: argparse.Namespace) -> int:
+    command = args.command_name
+    extra = [a for a in (args.ray_args or []) if a != "--"] if args.ray_args else []
+    ray = find_ray(args.ray)
+    if ray is None:
+        where = f"at {args.ray!r}" if args.ray else "next to this Python or on PATH"
+        return _refuse(command, f"the `ray` command was not found {where}: install ray[default] (pip install 'ray[default]') or pass --ray PATH")
+    address = getattr(args, "address", None)
+    if address is not None:
+        try:
+            host, port = parse_address(address)
+        except ValueError as exc:
+            return _refuse(command, str(exc))
+    try:
+        caps = _probe(args)
+    except Exception as exc:  # a bad profile/recording/role: one line, no traceback
+        return _refuse(command, f"probe failed: {exc}".splitlines()[0])
+    try:
+        argv, env = build_ray_start(caps, ray=ray, address=address, head_port=getattr(args, "port", None), profile=args.profile,
+                                    recording=args.recording, pool=args.pool, pool_tier=args.pool_tier, zone=args.zone, extra=extra)
+    except ValueError as exc:
+        return _refuse(command, str(exc))
+    shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
+    print(f"probed {caps.name}: {caps.summary()}")
+    print(f"{'would run' if args.dry_run else 'running'}: {shown}", flush=True)
+    if args.dry_run:
+        return 0
+    if address is not None:
+        why = _reachable(host, port)
+        if why is not None:
+            return _refuse(command, f"cannot reach the head at {address}: {why} (is the address right and the head up?)")
+    if "--block" in extra:
+        # ray start stays in the foreground: become it, so that signals (and a supervisor's
+        # pid) reach ray start itself and it stops its node's processes.
+        os.execve(argv[0], argv, {**os.environ, **env})
+    proc = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        text = ((proc.stderr or "") + (proc.stdout or "")).strip().splitlines()
+        errors = [ln for ln in text if "error" in ln.lower() or "failed" in ln.lower()] or text[-3:]
+        print(f"fabric {command}: ray start failed (exit {proc.returncode}):", file=sys.stderr)
+        for line in errors[-5:]:
+            print(f"  {line.strip()}", file=sys.stderr)
+        return proc.returncode
+    verb = "started head" if address is None else f"joined {address} as"
+    print(f"{verb} {caps.name} (tier {caps.tier.value}, {caps.limitations.max_concurrent_tasks} slots)")
+    return 0
+
+
+# -- status ---------------------------------------------------------------------------------------------
+def _ago(now: float, then: float | None) -> str:
+    if not then:
+        return "never"
+    s = max(0.0, now - then)
+    return f"{s:.1f}s ago" if s < 60 else (f"{s / 60:.0f}m ago" if s < 3600 else f"{s / 3600:.1f}h ago")
+
+
+def status_rows(records: Sequence[Any], now: float) -> list[dict[str, Any]]:
+    """One plain dict per node (``fabric.placement.NodeRecord`` in), the ``--json`` form."""
+    rows = []
+    for r in records:
+        caps = r.capabilities
+        max_slots = r.max_concurrent_tasks or caps.limitations.max_concurrent_tasks
+        rows.append({
+            "node_id": r.node_id, "name": r.name, "tier": (r.tier or caps.tier).value, "gpus": [g.model for g in caps.gpus],
+            "status": str(r.status.value if hasattr(r.status, "value") else r.status), "running": r.running, "max": max_slots,
+            "utilization": round(float(r.utilization), 3), "last_seen": r.last_seen, "last_seen_ago_s": None if not r.last_seen else round(now - r.last_seen, 1),
+            "cordoned": r.cordoned, "flap_held": r.flap_held,
+        })
+    return rows
+
+
+def format_status_table(rows: Sequence[dict[str, Any]], now: float) -> str:
+    """The fleet as a fixed-width table, best tier first."""
+    from fabric.tiers import ComputeTier
+
+    header = ("NAME", "TIER", "GPUS", "STATUS", "RUNNING/MAX", "UTIL", "LAST SEEN", "NODE")
+    body = []
+    for row in sorted(rows, key=lambda r: (-ComputeTier.parse(r["tier"]).rank, r["name"], r["node_id"])):
+        status = row["status"] + (" cordoned" if row["cordoned"] else "") + (" flap-held" if row["flap_held"] else "")
+        body.append((row["name"], row["tier"], ", ".join(row["gpus"]) or "-", status, f"{row['running']}/{row['max']}",
+                     f"{row['utilization'] * 100:.0f}%", _ago(now, row["last_seen"]), row["node_id"][:12]))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip() for line in (header, *body)]
+    if not body:
+        lines.append("(no nodes registered)")
+    return "\n".join(lines)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    import ray
+
+    from fabric.runtime import FabricHandle
+
+    extra: dict[str, Any] = {}
+    if args.address not in ("auto", "local"):
+        try:
+            host, _ = parse_address(args.address)
+        except ValueError as exc:
+            return _refuse("status", str(exc))
+        if host.startswith("127.") and host != "127.0.0.1":
+            # A cluster on another loopback address (LocalFabric(node_ip_address="127.0.0.2")):
+            # this driver is on that machine, so it must use that address as its own.
+            extra["_node_ip_address"] = host
+    try:
+        ray.init(address=args.address, log_to_driver=False, logging_level="ERROR", **extra)
+    except Exception as exc:
+        return _refuse("status", f"cannot connect to Ray at {args.address!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    try:
+        try:
+            records = FabricHandle().nodes()
+        except RuntimeError as exc:  # the fabric is not up here
+            print(f"fabric status: {exc}", file=sys.stderr)
+            return 1
+        now = time.time()
+        rows = status_rows(records, now)
+        print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now))
+        return 0
+    finally:
+        ray.shutdown()

@@ -1,0 +1,114 @@
+"""``fabric join`` for real against a local head (a LocalFabric with no nodes), and ``fabric status``.
+
+The head listens on 127.0.0.2: still loopback, but Ray 2.60 rewrites ``127.0.0.1`` in a join
+address to the machine's routable address (and refuses ``ray start --address`` with the loopback
+switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` on), so the join runs without that switch and with
+``--node-ip-address=127.0.0.2``. Each join runs ``fabric join ... -- --block``, which becomes
+``ray start --block`` (exec, same pid), so the node's raylet is a child of the process this test started (Ray ties it to its parent):
+stopping that one process, by the pid we hold, stops exactly that node. Never ``ray stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fabric.lifecycle import NodeStatus  # noqa: E402
+from fabric.profiles import profile_path  # noqa: E402
+from fabric.testing import LocalFabric  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+IP = "127.0.0.2"
+SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
+                       "join_timeout_s": 60.0}}
+
+
+@pytest.fixture(scope="module")
+def lf():
+    with LocalFabric([], settings=SETTINGS, scheduler=False, timeout_s=90, node_ip_address=IP) as fabric_:
+        yield fabric_
+
+
+def join_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    return env
+
+
+def fabric_cli(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fabric", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=join_env(), **kw)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    """Stop the process we started (SIGTERM, then SIGKILL), by its pid; its output."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)  # ray start drains its node for up to 30 s first
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    return proc.stdout.read() if proc.stdout else ""
+
+
+def joined(lf, name):
+    return [r for r in lf.handle.records() if r.name == name and r.status is NodeStatus.ACTIVE]
+
+
+@pytest.mark.parametrize("how", ["profile", "recording"])
+def test_join_registers_the_node_with_its_recording_and_status_shows_it(lf, how):
+    name = f"joined-{how}"
+    src = ["--profile", "steamdeck-apu"] if how == "profile" else ["--recording", str(profile_path("cpu-only-box"))]
+    proc = fabric_cli("join", "--address", lf.address, *src, "--name", name, "--", f"--node-ip-address={IP}", "--block")
+    try:
+        rec = lf.wait_until(lambda: joined(lf, name), f"{name} to register", timeout_s=90)[0]
+        assert rec.capabilities.tier.value == ("gpu_apu" if how == "profile" else "cpu_ffmpeg")
+        row = next(n for n in ray.nodes() if n["NodeID"] == rec.node_id)
+        assert row["Labels"]["fabric.io/name"] == name and row["Resources"]["fabric.slots"] == rec.capabilities.limitations.max_concurrent_tasks
+        probe = ray.get_actor(f"fabric.probe.{rec.node_id}", namespace="fabric")
+        info = ray.get(probe.info.remote(), timeout=30)
+        # the probe actor read the node's recording: a profile via its label, a folder via the environment
+        assert info["source"] == ("steamdeck-apu" if how == "profile" else str(profile_path("cpu-only-box").resolve()))
+        status = subprocess.run([sys.executable, "-m", "fabric", "status", "--address", lf.address, "--json"],
+                                capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        assert status.returncode == 0, status.stderr[-2000:]
+        rows = {r["node_id"]: r for r in json.loads(status.stdout)}
+        assert rows[rec.node_id]["name"] == name and rows[rec.node_id]["status"] == "active"
+        table = subprocess.run([sys.executable, "-m", "fabric", "status", "--address", lf.address],
+                               capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        assert table.returncode == 0 and table.stdout.splitlines()[0].startswith("NAME") and name in table.stdout
+    finally:
+        out = stop(proc)
+    assert "running: " in out and "--labels=" in out
+    lf.wait_until(lambda: all(r.status is NodeStatus.OFFLINE for r in lf.handle.records() if r.name == name),
+                  f"{name} to go offline after its process stopped", timeout_s=60)
+
+
+def test_join_refuses_an_unreachable_head(lf):
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = fabric_cli("join", "--address", f"127.0.0.1:{port}", "--profile", "edge-relay")
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 2 and "cannot reach the head" in out
+
+
+def test_localfabric_node_from_an_arbitrary_recording_reaches_its_probe_through_the_environment(lf):
+    path = profile_path("arm64-board").resolve()
+    node = lf.add_node("sim-board", recording=str(path))  # waits until registered
+    row = next(n for n in ray.nodes() if n["NodeID"] == node.node_id)
+    assert "fabric.io/profile" not in row["Labels"]  # a path cannot be a label value
+    info = ray.get(ray.get_actor(f"fabric.probe.{node.node_id}", namespace="fabric").info.remote(), timeout=30)
+    assert info["source"] == str(path) and info["tier"] == "cpu_ffmpeg"
+    rec = lf.handle.node("sim-board")
+    assert rec.node_id == node.node_id and rec.capabilities.arch == "aarch64"
+    lf.kill_node("sim-board")
