@@ -47,6 +47,7 @@ class HealthMonitorActor:
         self.started_at = time.time()
         self.last_error: str | None = None
         self._ready = asyncio.Event()
+        self._restored = asyncio.Event()
         self._task = asyncio.get_event_loop().create_task(self._run())
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -73,6 +74,7 @@ class HealthMonitorActor:
         while True:
             try:
                 await self._restore(registry)
+                self._restored.set()
                 break
             except Exception as exc:  # the registry may be restarting: try again
                 self.last_error = f"restore: {type(exc).__name__}: {exc}"
@@ -141,25 +143,30 @@ class HealthMonitorActor:
 
     async def events(self, since: int = 0) -> tuple[int, list[Any]]:
         """Events numbered after ``since`` (the log keeps the last 10,000) and the newest number."""
+        await self._restored.wait()
         return self.seq, [e for n, e in self.log if n > since]
 
     async def subscribe(self, actor_name: str, method: str = "on_fleet_event") -> None:
         """Push every future event to ``actor_name.method(event)`` (a named actor in namespace ``fabric``)."""
+        await self._restored.wait()
         self.subscribers[actor_name] = method
         registry = self.adapter.get_actor(REGISTRY_NAME)
         if registry is not None:
             await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
 
     async def unsubscribe(self, actor_name: str) -> None:
+        await self._restored.wait()
         self.subscribers.pop(actor_name, None)
         registry = self.adapter.get_actor(REGISTRY_NAME)
         if registry is not None:
             await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
 
     async def held_until(self, name: str) -> float | None:
+        await self._restored.wait()
         return self.policy.held_until(name)
 
     async def status(self) -> dict[str, Any]:
+        await self._restored.wait()
         return {
             "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "started_at": self.started_at, "ticks": self.ticks, "last_error": self.last_error,
             "nodes": {n.node_id: {"name": n.name, "status": n.status.value, "since": n.since, "last_beat": n.last_beat,

@@ -100,6 +100,7 @@ class ProbeActor:
         self.registered = False
         self.last_error: str | None = None
         self.beats = 0
+        self.paused_until = 0.0
         self._task = asyncio.get_event_loop().create_task(self._run())
 
     def _probe(self) -> NodeCapabilities:
@@ -121,6 +122,9 @@ class ProbeActor:
         read_utilization(live)  # prime psutil's CPU counter
         next_probe = time.monotonic() + self.reprobe_interval_s
         while True:
+            if time.monotonic() < self.paused_until:
+                await asyncio.sleep(min(self.heartbeat_interval_s, self.paused_until - time.monotonic()))
+                continue
             try:
                 registry = await self._registry()
                 util = read_utilization(live)
@@ -152,6 +156,11 @@ class ProbeActor:
         """Probe again at once and report; the degradation reasons found."""
         registry = await self._registry()
         return list(await self._reprobe(registry, read_utilization(self.source == "live")))
+
+    async def pause(self, seconds: float) -> None:
+        """Send nothing for ``seconds``: what the registry sees of a network partition (the raylet
+        stays up, the heartbeats stop). For tests and drills."""
+        self.paused_until = time.monotonic() + seconds
 
     async def info(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "name": self.name, "pid": os.getpid(), "source": self.source,

@@ -182,3 +182,31 @@ def test_a_node_that_flaps_three_times_is_held_off(lf):
     third = lf.add_node("arm64-board")  # a rejoin during the hold is held too
     rec = lf.wait_until(lambda: (r := lf.handle.node(third.node_id)) and r.flap_held and r, "the rejoined arm64-board to be held")
     assert rec.status is NodeStatus.ACTIVE and rec.node_id == third.node_id
+
+
+def test_partition_missed_heartbeats_go_offline_not_dead_and_recover(lf):
+    # Ray still has the node; only its heartbeats stop (seed 002: network partition).
+    node = lf.node("steamdeck-apu")
+    probe = ray.get_actor(f"fabric.probe.{node.node_id}", namespace="fabric")
+    ray.get(probe.pause.remote(SETTINGS["health"]["offline_after_s"] + 3))
+    lf.wait_until(lambda: records_by_id(lf)[node.node_id].status is NodeStatus.OFFLINE, "steamdeck-apu offline by missed heartbeats")
+    lost = events_of(lf, NodeLost, node.node_id)
+    assert lost and not lost[-1].ray_dead and "missed heartbeats" in lost[-1].reason
+    rec = lf.wait_until(lambda: (r := records_by_id(lf)[node.node_id]).status is NodeStatus.ACTIVE and r, "steamdeck-apu back when beats resume")
+    assert node.node_id not in {c.node_id for c in lf.handle.collected()}
+    assert rec.node_id == node.node_id  # the same record: a partition is not a rejoin
+
+
+def test_health_monitor_survives_sigkill_and_reconciles_with_ray(lf):
+    health = ray.get_actor("fabric.health", namespace="fabric")
+    before = ray.get(health.status.remote())
+    held_before = before["flaps"].get("arm64-board", {}).get("held_until")
+    os.kill(before["pid"], signal.SIGKILL)
+    victim = lf.kill_node("gpu-cuda-workstation")  # lost while the monitor is down
+    after = lf.wait_until(lambda: (s := ray.get(health.status.remote(), timeout=5)) and s["pid"] != before["pid"] and s,
+                          "the health monitor to restart in a new process")
+    assert after["flaps"].get("arm64-board", {}).get("held_until") == held_before  # flap holds survive
+    lf.wait_until(lambda: records_by_id(lf)[victim.node_id].status is NodeStatus.OFFLINE,
+                  "the restarted monitor to notice the node Ray lost meanwhile")
+    t = time.time()
+    lf.wait_until(lambda: all(r.last_seen > t for r in lf.handle.records() if r.status is NodeStatus.ACTIVE), "heartbeats still flowing")
