@@ -4,6 +4,14 @@ Importing this package does not import Ray; starting a ``LocalFabric`` does."""
 
 from __future__ import annotations
 
+import os
+import sys
+
+if "ray" not in sys.modules:
+    # Keep a local fabric on loopback: with this switch off, Ray resolves the node IP to
+    # 127.0.0.1 rather than the machine's routable address. Ray reads it when first imported.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 from fabric.profiles import profile_path, profiles
 from fabric.testing.local import FAST_HEALTH_CHECKS, LocalFabric, LocalNode, node_spec
 

@@ -70,6 +70,15 @@ def recording_node_spec(recording: str, name: str, *, max_slots: int | None = No
             "labels": caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone), "env_vars": {RECORDING_ENV: path}}
 
 
+def _free_port() -> int:
+    """A TCP port free on loopback now (the OS picks it)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _ensure_auth_token() -> None:
     # ray.init() generates ~/.ray/auth_token for a new local cluster when token auth is on; a
     # Cluster started without ray.init() must do the same or its GCS exits without a token.
@@ -115,8 +124,11 @@ class LocalFabric:
         t0 = time.monotonic()
         _ensure_auth_token()
         try:
+            self.dashboard = dashboard
+            dash = {"dashboard_host": "127.0.0.1", "dashboard_port": _free_port(),
+                    "dashboard_agent_listen_port": _free_port()} if dashboard else {}
             self.cluster = Cluster(initialize_head=True, head_node_args=dict(
-                num_cpus=head_cpus, include_dashboard=dashboard,
+                num_cpus=head_cpus, include_dashboard=dashboard, **dash,
                 **({"node_ip_address": node_ip_address} if node_ip_address else {}),
                 _system_config={**FAST_HEALTH_CHECKS, **(system_config or {})},
             ))
@@ -170,6 +182,10 @@ class LocalFabric:
             spec = node_spec(profile, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone)
         if self.node_ip_address:
             spec["node_ip_address"] = self.node_ip_address
+        if getattr(self, "dashboard", False):
+            # Every raylet starts a dashboard agent; on one machine they need distinct ports, or
+            # the head's agent loses its port and Ray's job API has no agent to submit through.
+            spec["dashboard_agent_listen_port"] = _free_port()
         ray_node = self.cluster.add_node(**spec)
         node = LocalNode(name=name, profile=profile, node_id=ray_node.node_id, ray_node=ray_node,
                          resources=spec["resources"], labels=spec["labels"])
@@ -204,6 +220,14 @@ class LocalFabric:
     @property
     def address(self) -> str:
         return self.cluster.address
+
+    @property
+    def dashboard_url(self) -> str:
+        """``http://HOST:PORT`` of the head's dashboard (``dashboard=True``): the address for
+        ``ray job submit --address``."""
+        if not getattr(self, "dashboard", False):
+            raise RuntimeError("this LocalFabric was started without dashboard=True")
+        return f"http://{self.cluster.webui_url}"
 
     # -- waiting ----------------------------------------------------------------------------------
     def wait_until(self, predicate: Callable[[], Any], what: str, timeout_s: float | None = None, interval_s: float = 0.1) -> Any:
