@@ -112,3 +112,63 @@ def test_localfabric_node_from_an_arbitrary_recording_reaches_its_probe_through_
     rec = lf.handle.node("sim-board")
     assert rec.node_id == node.node_id and rec.capabilities.arch == "aarch64"
     lf.kill_node("sim-board")
+
+
+def test_a_gpu_that_vanishes_is_reported_as_degradation(lf, tmp_path):
+    import shutil
+
+    from fabric.events import NodeDegraded
+
+    rec_dir = tmp_path / "ws"
+    shutil.copytree(profile_path("gpu-cuda-workstation"), rec_dir)
+    node = lf.add_node("ws-degrading", recording=str(rec_dir))
+    assert lf.handle.node("ws-degrading").tier.value == "gpu_cuda"
+    (rec_dir / "nvml.json").write_text('{"error": "NVMLError_DriverNotLoaded"}')  # the driver went away
+    probe = ray.get_actor(f"fabric.probe.{node.node_id}", namespace="fabric")
+    reasons = ray.get(probe.reprobe_now.remote(), timeout=60)
+    assert any(r.startswith("gpu vanished") for r in reasons) and "tier no longer served: gpu_cuda" in reasons
+    rec = lf.wait_until(lambda: (r := lf.handle.node(node.node_id)) and r.tier.value != "gpu_cuda" and r, "the demoted tier in the registry")
+    assert rec.status is NodeStatus.ACTIVE  # degraded, not lost: Ray's labels stay, the fabric's view changes
+    raw = next(r for r in lf.handle.records() if r.node_id == node.node_id)
+    assert "tier no longer served: gpu_cuda" in raw.limitations
+    lf.wait_until(lambda: [e for e in lf.handle.events(0)[1] if isinstance(e, NodeDegraded) and e.node_id == node.node_id],
+                  "a NodeDegraded event")
+    lf.kill_node("ws-degrading")
+
+
+def test_subscribers_receive_typed_events(lf):
+    from fabric.events import NodeAdded, NodeLost
+
+    @ray.remote(num_cpus=0)
+    class Sink:
+        def __init__(self):
+            self.events = []
+
+        def on_fleet_event(self, event):
+            self.events.append(event)
+
+        def seen(self):
+            return self.events
+
+    sink = Sink.options(name="test.sink", namespace="fabric").remote()
+    ray.get(sink.seen.remote())
+    lf.handle.subscribe("test.sink")
+    node = lf.add_node("sub-relay", profile="edge-relay")
+    lf.kill_node("sub-relay")
+    got = lf.wait_until(lambda: (evs := ray.get(sink.seen.remote())) and any(isinstance(e, NodeLost) and e.node_id == node.node_id for e in evs) and evs,
+                        "the subscriber to hear the node come and go")
+    assert any(isinstance(e, NodeAdded) and e.node_id == node.node_id for e in got)
+    ray.get(ray.get_actor("fabric.health", namespace="fabric").unsubscribe.remote("test.sink"))
+    ray.kill(sink)
+
+
+def test_down_stops_the_actors_and_up_finds_the_records_again(lf):
+    import fabric
+
+    before = {r.node_id for r in lf.handle.records()}
+    stopped = fabric.down()
+    assert "fabric.registry" in stopped and "fabric.health" in stopped
+    with pytest.raises(ValueError):
+        ray.get_actor("fabric.registry", namespace="fabric")
+    fabric.up(SETTINGS, scheduler=False)
+    assert {r.node_id for r in lf.handle.records()} == before  # the store outlived the actors
