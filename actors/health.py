@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from actors.ray_adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter
+from fabric.errors import TransitionError
 from fabric.events import NodeAdded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
 from fabric.health import HealthPolicy, NodeHealth
 from fabric.lifecycle import NodeStatus
@@ -44,6 +45,7 @@ class HealthMonitorActor:
         self.seq = 0
         self.ticks = 0
         self.subscribers: dict[str, str] = {}
+        self._unapplied: list[Any] = []
         self.started_at = time.time()
         self.last_error: str | None = None
         self._ready = asyncio.Event()
@@ -63,9 +65,15 @@ class HealthMonitorActor:
         flaps = await registry.get_state.remote(_FLAPS_KEY, {})
         collected = await registry.collected_ids.remote()
         self.subscribers = dict(await registry.get_state.remote(_SUBSCRIBERS_KEY, {}) or {})
+        # A live node's silence is timed afresh from the restart (as for a new node: its first
+        # beat may take join_timeout_s), so that the monitor's own downtime, or a down()/up()
+        # that restarted every probe, is not read as missed heartbeats: that would flap the
+        # whole fleet. Nodes Ray lost meanwhile are still caught at once, from Ray's table.
+        now = time.time()
         self.policy.restore(
-            [NodeHealth(node_id=r.node_id, name=r.name, status=r.status, since=r.status_since, last_beat=r.last_seen,
-                        degraded=tuple(r.degraded), heard=True) for r in records],
+            [NodeHealth(node_id=r.node_id, name=r.name, status=r.status, since=r.status_since,
+                        last_beat=r.last_seen if r.status is NodeStatus.OFFLINE else max(r.last_seen, now),
+                        degraded=tuple(r.degraded), heard=r.status is NodeStatus.OFFLINE) for r in records],
             flaps, collected,
         )
 
@@ -102,15 +110,25 @@ class HealthMonitorActor:
         for node_id, v in inputs.items():
             events += self.policy.observe_degradation(node_id, v["degraded"], stimulus_id=sid)
         events += self.policy.tick(stimulus_id=sid)
+        self._log(events)
+        # The policy has moved on once it decided: events the registry has not taken yet (it was
+        # restarting) stay queued and go with the next tick, so no status change is ever lost.
+        self._unapplied += events
+        if self._unapplied:
+            try:
+                await registry.apply.remote(self._unapplied)
+            except TransitionError as exc:  # not transient: retrying the same batch cannot help
+                self._unapplied = []
+                raise exc
+            if any(isinstance(e, (NodeLost, NodeRecovered, NodeAdded, NodeFlapHeld, NodeFlapReleased)) for e in self._unapplied):
+                await registry.put_state.remote(_FLAPS_KEY, self.policy.flaps_json())
+            self._unapplied = []
         if not events:
             return
-        await registry.apply.remote(events)
-        if any(isinstance(e, (NodeLost, NodeRecovered, NodeAdded, NodeFlapHeld, NodeFlapReleased)) for e in events):
-            await registry.put_state.remote(_FLAPS_KEY, self.policy.flaps_json())
         by_id = {r.node_id: r for r in rows}
         self._ensure_probes([self.policy.nodes[e.node_id] for e in events
                              if isinstance(e, NodeAdded) and e.node_id in self.policy.nodes and e.node_id in by_id])
-        self._publish(events)
+        self._push(events)
 
     def _ensure_probes(self, nodes: list[NodeHealth]) -> None:
         rows = {r.node_id: r for r in self.adapter.list_nodes()}
@@ -124,10 +142,12 @@ class HealthMonitorActor:
             except Exception as exc:
                 self.last_error = f"probe for {node.node_id[:12]}: {type(exc).__name__}: {exc}"
 
-    def _publish(self, events: list[Any]) -> None:
+    def _log(self, events: list[Any]) -> None:
         for event in events:
             self.seq += 1
             self.log.append((self.seq, event))
+
+    def _push(self, events: list[Any]) -> None:
         for name, method in list(self.subscribers.items()):
             handle = self.adapter.get_actor(name)
             if handle is None:

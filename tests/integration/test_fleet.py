@@ -141,8 +141,8 @@ def test_killed_node_goes_offline_and_is_not_dead_before_the_drain_grace(lf):
     node = lf.kill_node("edge-relay")
     rec = lf.wait_until(lambda: (r := records_by_id(lf).get(node.node_id)) and r.status is NodeStatus.OFFLINE and r,
                         "edge-relay to go offline")
-    lost = events_of(lf, NodeLost, node.node_id)
-    assert lost and lost[0].ray_dead and lost[0].reason == "ray: node dead"
+    lost = lf.wait_until(lambda: events_of(lf, NodeLost, node.node_id), "the NodeLost event")
+    assert lost[0].ray_dead and lost[0].reason == "ray: node dead"
     # Inside the grace: offline, still a record, not collected.
     while time.time() < rec.status_since + GRACE_S * 0.5:
         r = records_by_id(lf).get(node.node_id)
@@ -151,8 +151,8 @@ def test_killed_node_goes_offline_and_is_not_dead_before_the_drain_grace(lf):
         time.sleep(0.25)
     lf.wait_until(lambda: node.node_id in {c.node_id for c in lf.handle.collected()}, "edge-relay to be collected after the grace",
                   timeout_s=GRACE_S + 30)
-    collected = events_of(lf, NodeCollected, node.node_id)
-    assert collected and collected[0].lost_for_s >= GRACE_S and collected[0].status is NodeStatus.DEAD
+    collected = lf.wait_until(lambda: events_of(lf, NodeCollected, node.node_id), "the NodeCollected event")
+    assert collected[0].lost_for_s >= GRACE_S and collected[0].status is NodeStatus.DEAD
     assert node.node_id not in records_by_id(lf)
 
 
@@ -190,8 +190,8 @@ def test_partition_missed_heartbeats_go_offline_not_dead_and_recover(lf):
     probe = ray.get_actor(f"fabric.probe.{node.node_id}", namespace="fabric")
     ray.get(probe.pause.remote(SETTINGS["health"]["offline_after_s"] + 3))
     lf.wait_until(lambda: records_by_id(lf)[node.node_id].status is NodeStatus.OFFLINE, "steamdeck-apu offline by missed heartbeats")
-    lost = events_of(lf, NodeLost, node.node_id)
-    assert lost and not lost[-1].ray_dead and "missed heartbeats" in lost[-1].reason
+    lost = lf.wait_until(lambda: events_of(lf, NodeLost, node.node_id), "the NodeLost event")
+    assert not lost[-1].ray_dead and "missed heartbeats" in lost[-1].reason
     rec = lf.wait_until(lambda: (r := records_by_id(lf)[node.node_id]).status is NodeStatus.ACTIVE and r, "steamdeck-apu back when beats resume")
     assert node.node_id not in {c.node_id for c in lf.handle.collected()}
     assert rec.node_id == node.node_id  # the same record: a partition is not a rejoin

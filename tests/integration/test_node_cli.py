@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -139,7 +140,7 @@ def test_a_gpu_that_vanishes_is_reported_as_degradation(lf, tmp_path):
 def test_subscribers_receive_typed_events(lf):
     from fabric.events import NodeAdded, NodeLost
 
-    @ray.remote(num_cpus=0)
+    @ray.remote(num_cpus=0, resources={"node:__internal_head__": 0.001})  # on the head: the nodes here come and go
     class Sink:
         def __init__(self):
             self.events = []
@@ -165,6 +166,7 @@ def test_subscribers_receive_typed_events(lf):
 def test_down_stops_the_actors_and_up_finds_the_records_again(lf):
     import fabric
 
+    lf.add_node("down-relay", profile="edge-relay")  # a live node through down/up
     before = {r.node_id for r in lf.handle.records()}
     stopped = fabric.down()
     assert "fabric.registry" in stopped and "fabric.health" in stopped
@@ -172,3 +174,10 @@ def test_down_stops_the_actors_and_up_finds_the_records_again(lf):
         ray.get_actor("fabric.registry", namespace="fabric")
     fabric.up(SETTINGS, scheduler=False)
     assert {r.node_id for r in lf.handle.records()} == before  # the store outlived the actors
+    # the new monitor restarted the probes of the nodes still alive: heartbeats flow again
+    t = time.time()
+    alive = [r for r in lf.handle.records() if r.status is NodeStatus.ACTIVE]
+    assert alive
+    lf.wait_until(lambda: all(r.last_seen > t for r in lf.handle.records() if r.node_id in {a.node_id for a in alive}),
+                  "heartbeats from the restarted probes")
+    assert all(r.status is NodeStatus.ACTIVE for r in lf.handle.records() if r.node_id in {a.node_id for a in alive})
