@@ -94,6 +94,36 @@ def test_join_registers_the_node_with_its_recording_and_status_shows_it(lf, how)
                   f"{name} to go offline after its process stopped", timeout_s=60)
 
 
+def test_start_head_starts_a_labelled_head_that_stops_with_its_process():
+    port = _free_port(IP)
+    proc = fabric_cli("start-head", "--profile", "cpu-only-box", "--name", "cli-head", "--port", str(port), "--",
+                      f"--node-ip-address={IP}", "--include-dashboard=false", "--block")
+    try:
+        probe = ("import json, ray; ray.init(address=%r, _node_ip_address=%r, log_to_driver=False); "
+                 "print(json.dumps([n['Labels'] for n in ray.nodes() if n['Alive']]))") % (f"{IP}:{port}", IP)
+        deadline, out = time.monotonic() + 90, None
+        while time.monotonic() < deadline:
+            out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+            if out.returncode == 0:
+                break
+            time.sleep(1)
+        assert out is not None and out.returncode == 0, out.stderr[-2000:] if out else "no attempt"
+        labels = json.loads(out.stdout.strip().splitlines()[-1])
+        assert len(labels) == 1 and labels[0]["fabric.io/tier"] == "cpu_ffmpeg" and labels[0]["fabric.io/name"] == "cli-head"
+        assert labels[0]["fabric.io/profile"] == "cpu-only-box"
+    finally:
+        text = stop(proc)
+    assert "running: " in text and " start --head --port=" in text
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def test_join_refuses_an_unreachable_head(lf):
     with __import__("socket").socket() as s:
         s.bind(("127.0.0.1", 0))
