@@ -103,6 +103,25 @@ class SchedulerActor:
             self.core.cancel(request_id)
             raise
 
+    async def lease(self, lease_id: str, req: Requirement, holding: dict[str, int] | None = None, want: int = 64):
+        """Grant or renew a client's placement lease for ``req``'s class (the fast path)."""
+        if not self._ready.is_set():
+            await self._ready.wait()
+        grant = self.core.lease(lease_id, req, holding, want)
+        if not grant.slots and grant.spill is None and req.hard and not self.core._any_node_serves(req.min_tier, req.pool):
+            raise CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
+                                requirement=repr(req), reason="no node serves the tier")
+        return grant
+
+    def end_lease(self, lease_id: str) -> None:
+        self._carry_out(self.core.end_lease(lease_id))
+
+    def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
+        self.core.report_calls(placed, fallbacks)
+
+    def queue_timeout_s(self) -> float:
+        return self.settings.queue_timeout_s
+
     def release(self, allocation_ids: list[int]) -> None:
         """Work ended on its node: its slot is free again."""
         self._carry_out(self.core.release(allocation_ids))

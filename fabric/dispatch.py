@@ -20,8 +20,10 @@ No capacity: with ``on_no_capacity="raise"`` the call raises ``CapacityError`` a
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -32,8 +34,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fabric import names
 from fabric.errors import CapacityError
-from fabric.scheduling import NodeAssignment
-from fabric.tiers import TIERS_BEST_FIRST
+from fabric.scheduling import LeaseGrant, NodeAssignment
+from fabric.tiers import TIERS_BEST_FIRST, ComputeTier
 
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.client import AdaptiveFunction
@@ -60,17 +62,71 @@ def _release(allocation_id: int | None) -> None:
 
 
 def wrap_for_fabric(fn: Callable) -> Callable:
-    """The function Ray runs: the user's function, with the reservation released when it ends."""
+    """The function Ray runs: the user's function, then the bookkeeping its path needs.
 
-    def run(__fabric_allocation_id, *args, **kwargs):
+    ``meta`` is an allocation id (a call the scheduler reserved a slot for: released when it
+    ends), ``None`` (a call inside a client's lease: the client tracks it), or a ``Spill``
+    (a call Ray queued for the floor set: it refuses to start past its deadline, and counts a
+    fallback when it ran below its ``min_tier``)."""
+
+    def run(__fabric_meta, *args, **kwargs):
+        if type(__fabric_meta) is tuple:  # Spill(deadline, min_rank, name)
+            deadline, min_rank, name = __fabric_meta
+            if time.time() > deadline:
+                raise CapacityError(
+                    f"{name}: queued past its queue timeout before a node inside its floor took it",
+                    reason="queue timeout",
+                )
+            _count_spill(min_rank)
+            return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
         finally:
-            _release(__fabric_allocation_id)
+            if __fabric_meta is not None:
+                _release(__fabric_meta)
 
     run.__name__ = getattr(fn, "__name__", "adaptive_task")
     run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
     return run
+
+
+_spill_counts = {"placed": 0, "fallbacks": 0}
+_spill_flusher: threading.Thread | None = None
+_node_rank: int | None = None
+
+
+def _count_spill(min_rank: int) -> None:
+    """Count a spilled call (and a fallback when this node is below ``min_rank``); a daemon thread
+    reports the counts to the scheduler in batches."""
+    global _spill_flusher, _node_rank
+    if _node_rank is None:
+        try:
+            _node_rank = ComputeTier.parse(ray.get_runtime_context().get_node_labels().get(names.TIER_LABEL, "relay")).rank
+        except Exception:
+            _node_rank = 0
+    with _worker_lock:
+        _spill_counts["placed"] += 1
+        if _node_rank < min_rank:
+            _spill_counts["fallbacks"] += 1
+        if _spill_flusher is None:
+            _spill_flusher = threading.Thread(target=_flush_spill_counts, name="fabric-spill-counts", daemon=True)
+            _spill_flusher.start()
+
+
+def _flush_spill_counts() -> None:
+    global _worker_scheduler
+    while True:
+        time.sleep(0.5)
+        with _worker_lock:
+            placed, fallbacks = _spill_counts["placed"], _spill_counts["fallbacks"]
+            _spill_counts["placed"] = _spill_counts["fallbacks"] = 0
+        if placed or fallbacks:
+            try:
+                if _worker_scheduler is None:
+                    _worker_scheduler = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+                _worker_scheduler.report_calls.remote(placed, fallbacks)
+            except Exception:
+                _worker_scheduler = None
 
 
 def tier_selector(req: "Requirement") -> dict[str, str]:
@@ -117,6 +173,9 @@ class _Connection:
         self.dispatcher = None
         self.session: object = None
         self.lock = threading.Lock()
+        self.leases: dict[tuple, _Lease] = {}
+        self.client_id = uuid.uuid4().hex[:12]
+        self.queue_timeout_s = 300.0
 
     def ensure(self):
         # Handles belong to one connection: after ray.shutdown() and a new ray.init() (a new
@@ -140,6 +199,8 @@ class _Connection:
                     sched = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
                     disp = ray.get_actor(names.DISPATCHER, namespace=names.NAMESPACE)
                 self.dispatcher = disp
+                self.leases = {}
+                self.queue_timeout_s = float(ray.get(sched.queue_timeout_s.remote()))
                 self.scheduler = sched
         return self
 
@@ -147,6 +208,7 @@ class _Connection:
         with self.lock:
             self.scheduler = None
             self.dispatcher = None
+            self.leases = {}
 
 
 def _session() -> object:
@@ -163,11 +225,133 @@ def reset_connection() -> None:
     _conn.reset()
 
 
+class _Lease:
+    """This process's lease for one requirement class (see ``fabric.scheduling.LeaseGrant``).
+
+    Calls go to the leased nodes in the engine's order while a node has room for one more of this
+    client's calls in flight; a node's finished calls are noticed with a zero-timeout ``ray.wait``
+    (no round trip). Past the slots, calls go to the spill selector and Ray queues them in this
+    process until a node inside the floor frees a slot. Renewed every health tick, so a cordoned,
+    drained or lost node stops receiving new calls within one tick."""
+
+    __slots__ = ("lease_id", "grant", "expires", "order", "capacity", "inflight", "bound", "spill", "full_until", "lock",
+                 "peak", "spilled")
+
+    def __init__(self, lease_id: str) -> None:
+        self.lease_id = lease_id
+        self.grant: LeaseGrant | None = None
+        self.expires = 0.0
+        self.order: list[str] = []
+        self.capacity: dict[str, int] = {}
+        self.inflight: dict[str, collections.deque] = {}
+        self.bound: dict[str, Any] = {}
+        self.spill = None
+        self.full_until = 0.0
+        self.lock = threading.Lock()
+        self.peak = 0
+        """Most of this client's calls in flight on leased slots at once since the last renewal."""
+        self.spilled = 0
+        """Calls sent to the spill selector since the last renewal."""
+
+    def want(self) -> int:
+        """Slots to ask for at renewal: what this client used at its peak, more when it had to
+        spill, and no more than that: a lease must not hoard the fleet's free slots for a tick."""
+        return max(1, min(64, self.peak + self.spilled))
+
+    def holding(self) -> dict[str, int]:
+        for node in list(self.inflight):
+            self._prune(node)
+        return {n: len(q) for n, q in self.inflight.items() if q}
+
+    def _prune(self, node: str) -> None:
+        q = self.inflight.get(node)
+        if q:
+            done, _ = ray.wait(list(q), num_returns=len(q), timeout=0, fetch_local=False)
+            if done:
+                finished = set(done)
+                self.inflight[node] = collections.deque(r for r in q if r not in finished)
+
+    def free_node(self, now: float) -> str | None:
+        if now < self.full_until:
+            return None
+        for node in self.order:
+            q = self.inflight.get(node)
+            if q is None or len(q) < self.capacity[node]:
+                return node
+            self._prune(node)
+            if len(self.inflight[node]) < self.capacity[node]:
+                return node
+        self.full_until = now + 0.002  # a burst: don't re-check every call
+        return None
+
+    def install(self, grant: LeaseGrant, rf, req: "Requirement", max_retries: int, name: str) -> None:
+        self.grant = grant
+        self.expires = time.monotonic() + grant.ttl_s
+        self.order = [s.node_id for s in grant.slots if s.capacity > 0]
+        self.capacity = {s.node_id: s.capacity for s in grant.slots}
+        self.inflight = {n: q for n, q in self.inflight.items() if q}
+        for s in grant.slots:
+            self.inflight.setdefault(s.node_id, collections.deque())
+        base = {"resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus, "max_retries": max_retries,
+                "retry_exceptions": False, "name": name}
+        if req.memory_mib:
+            base["memory"] = int(req.memory_mib * 1024 * 1024)
+        floor_sel = tier_selector(req)
+        self.bound = {n: self.bound.get(n) or rf.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=True),
+                                                          label_selector=floor_sel, **base)
+                      for n in self.order}
+        self.spill = rf.options(label_selector=grant.spill, **base) if grant.spill else None
+        self.full_until = 0.0
+        self.peak = 0
+        self.spilled = 0
+
+
+def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", now: float) -> _Lease:
+    key = (req.class_key, af.dispatch.max_retries, af.task_name)
+    lease = conn.leases.get(key)
+    if lease is None:
+        lease = conn.leases.setdefault(key, _Lease(f"{conn.client_id}:{len(conn.leases)}"))
+    if now >= lease.expires:
+        with lease.lock:
+            if now >= lease.expires:
+                grant = ray.get(conn.scheduler.lease.remote(lease.lease_id, req, lease.holding(), lease.want()))
+                lease.install(grant, remote_for(af.function, af._remote_cache), req, af.dispatch.max_retries, af.task_name)
+    return lease
+
+
 def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
     """Carry out one ``.remote()`` call of an adaptive function (see the module docstring)."""
     conn = _conn.ensure()
     req = af.requirement
     opts = af.dispatch
+    if opts.priority == 0:
+        now = time.monotonic()
+        try:
+            lease = _lease_for(conn, af, req, now)
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, CapacityError):
+                raise exc.cause from None
+            raise
+        with lease.lock:
+            node = lease.free_node(now)
+            if node is not None:
+                ref = lease.bound[node].remote(None, *args, **kwargs)
+                q = lease.inflight[node]
+                q.append(ref)
+                if len(q) > lease.peak:
+                    lease.peak = len(q)
+                return ref
+            spill = lease.spill
+            if spill is not None and opts.on_no_capacity == "queue":
+                lease.spilled += 1
+        if spill is not None and opts.on_no_capacity == "queue":
+            timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else conn.queue_timeout_s
+            return spill.remote((time.time() + timeout, req.min_tier.rank, af.task_name), *args, **kwargs)
+    return _submit_placed(conn, af, req, opts, args, kwargs)
+
+
+def _submit_placed(conn, af: "AdaptiveFunction", req: "Requirement", opts, args: tuple, kwargs: dict):
+    """The per-call path: the scheduler reserves a slot (or queues the call in the dispatcher)."""
     try:
         assignment: NodeAssignment = ray.get(conn.scheduler.place_task.remote(req))
     except ray.exceptions.RayTaskError as exc:  # the actor raised: hand back our own error, clean

@@ -82,6 +82,41 @@ class MarkDraining:
 Instruction = Placed | Expired | MarkDraining
 
 
+# -- placement leases (the fast path, issue 6) ------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LeaseSlot:
+    """How many calls of one requirement class a client may have in flight on one node."""
+
+    node_id: str
+    capacity: int
+    """Calls in flight allowed on the node, the client's running ones included (0: none new)."""
+    level: ComputeTier | None = None
+    """The compute level the slots were placed at."""
+    fallback_levels: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """A client's right, for one health tick, to place calls of one requirement class itself.
+
+    ``slots`` were placed by the engine, best first, and are reserved in the scheduler's view;
+    ``spill`` is a Ray label selector for every node inside the floor that may take work now
+    (cordoned, draining, held and demoted nodes excluded): calls beyond the slots go there and Ray
+    runs them on whichever of those nodes frees a slot first. None when no such node exists or the
+    requirement cannot be expressed as labels: those calls take the queued path."""
+
+    lease_id: str
+    slots: tuple[LeaseSlot, ...]
+    spill: dict[str, str] | None
+    ttl_s: float
+
+
+@dataclass
+class _LeaseState:
+    allocations: list[Allocation]
+    expires: float
+
+
 @dataclass(order=True)
 class _Queued:
     sort_key: tuple
@@ -112,10 +147,13 @@ class SchedulerCore:
         self._queued: dict[str, _Queued] = {}
         self._seq = itertools.count()
         self._drains: dict[str, _Drain] = {}
+        self._leases: dict[str, _LeaseState] = {}
+        self.lease_ttl_s = self.settings.health.monitor_interval_s
         self.counters = {
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
             "placements_deferred": 0, "queue_expired": 0, "released": 0, "fallbacks": 0,
             "nodes_joined": 0, "nodes_lost": 0, "work_lost_with_node": 0, "select_worker_calls": 0,
+            "leases_granted": 0, "leases_expired": 0, "calls_reported": 0,
         }
 
     # -- reading ------------------------------------------------------------------------------
@@ -182,6 +220,80 @@ class SchedulerCore:
         if d.status == "placed" and d.fallback_levels > 0:
             self.counters["fallbacks"] += 1
         return NodeAssignment.from_decision(d, reserved=False)
+
+    def lease(self, lease_id: str, req: Requirement, holding: dict[str, int] | None = None, want: int = 64) -> LeaseGrant:
+        """Grant (or renew) a client's lease for ``req``'s class: the slots it still has running
+        (``holding``, node -> calls) stay reserved, and up to ``want`` more are placed by the engine.
+        The previous grant under ``lease_id`` is replaced. Seeing no renewal for a few ticks, the
+        scheduler takes the lease back (``tick``)."""
+        self._drop_lease(lease_id)
+        allocations: list[Allocation] = []
+        running: dict[str, int] = {}
+        for node_id, n in (holding or {}).items():
+            if node_id not in self.fleet or n <= 0:
+                continue
+            for _ in range(n):  # still running there: keep it counted, whatever the node's state
+                a = Allocation(node_id=node_id, cpus=req.num_cpus, memory_mib=req.memory_mib)
+                self.fleet.reserve(a)
+                allocations.append(a)
+            running[node_id] = n
+        granted: dict[str, int] = {}
+        levels: dict[str, Decision] = {}
+        for _ in range(max(0, want)):
+            d = place(self.fleet, req)
+            if d.status != "placed":
+                break
+            self._commit(d, track=False)
+            allocations.append(d.allocation)
+            granted[d.node_id] = granted.get(d.node_id, 0) + 1
+            levels.setdefault(d.node_id, d)
+        slots = [LeaseSlot(n, running.get(n, 0) + k, levels[n].tier, levels[n].fallback_levels) for n, k in granted.items()]
+        slots += [LeaseSlot(n, 0) for n in running if n not in granted]
+        self._leases[lease_id] = _LeaseState(allocations, self.clock() + 2 * self.lease_ttl_s)
+        for a in allocations:
+            self._track(a)
+        self.counters["leases_granted"] += 1
+        return LeaseGrant(lease_id, tuple(slots), self.spill_selector(req), self.lease_ttl_s)
+
+    def end_lease(self, lease_id: str) -> list[Instruction]:
+        """A client gave its lease back (nothing of it runs any more)."""
+        if self._drop_lease(lease_id):
+            return self.drain_queue()
+        return []
+
+    def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
+        """Calls clients placed under their leases since their last report (seed 002's counters)."""
+        self.counters["calls_reported"] += placed
+        self.counters["fallbacks"] += fallbacks
+
+    def spill_selector(self, req: Requirement) -> dict[str, str] | None:
+        """A Ray label selector for the nodes inside ``req``'s floor (its best level only, for
+        ``when_full="wait"``) that may take new work now; None when there is none or ``req`` needs
+        more than labels can say (ports, exclusivity, GPUs, capability tags, another pool)."""
+        if req.ports or req.exclusive or req.num_gpus or req.capabilities or req.num_cores or req.gpu_model:
+            return None
+        if req.pool is not None and req.pool != self.fleet.default_pool:
+            return None
+        if len(self.settings.pools) > 1:
+            return None
+        lowest = req.min_tier if req.when_full == "wait" else req.floor
+        allowed = [t for t in TIERS_BEST_FIRST if t >= lowest]
+        usable, excluded = 0, []
+        for r in self.fleet.records():
+            if r.capabilities.tier < lowest:
+                continue  # its Ray label is outside the selector already
+            ok = (r.status is NodeStatus.ACTIVE and not r.cordoned and not r.flap_held and not r.unhealthy
+                  and r.tier >= lowest and not r.launching and r.slots > 0)
+            if ok:
+                usable += 1
+            else:
+                excluded.append(r.node_id)
+        if usable == 0 or len(excluded) > 64:
+            return None
+        selector = {"fabric.io/tier": f"in({','.join(t.value for t in allowed)})"}
+        if excluded:
+            selector["ray.io/node-id"] = f"!in({','.join(sorted(excluded))})"
+        return selector
 
     def release(self, allocation_ids: Iterable[int]) -> list[Instruction]:
         """Work ended: give its reservations back, then let the queue try again."""
@@ -274,7 +386,13 @@ class SchedulerCore:
                     f"(asked for {q.requirement.min_tier})",
                     requirement=repr(q.requirement), reason="queue timeout", waited_s=round(waited, 3),
                 )))
+        expired = [lid for lid, st in self._leases.items() if st.expires <= now]
+        for lid in expired:
+            self._drop_lease(lid)
+            self.counters["leases_expired"] += 1
         out.extend(self._check_drains())
+        if expired:
+            out.extend(self.drain_queue())
         return out
 
     def drain_queue(self) -> list[Instruction]:
@@ -316,13 +434,23 @@ class SchedulerCore:
         return True
 
     # -- internals ------------------------------------------------------------------------------------
-    def _commit(self, d: Decision) -> None:
+    def _commit(self, d: Decision, *, track: bool = True) -> None:
         a = self.fleet.commit(d)
         self.counters["placements_succeeded"] += 1
         if d.fallback_levels > 0:
             self.counters["fallbacks"] += 1
-        if a is not None:
+        if a is not None and track:
             self._track(a)
+
+    def _drop_lease(self, lease_id: str) -> bool:
+        state = self._leases.pop(lease_id, None)
+        if state is None:
+            return False
+        for a in state.allocations:
+            if self.allocations.pop(a.allocation_id, None) is not None:
+                self._by_node.get(a.node_id, set()).discard(a.allocation_id)
+                self.fleet.release(a)
+        return True
 
     def _track(self, a: Allocation) -> None:
         self.allocations[a.allocation_id] = a

@@ -50,6 +50,12 @@ def span(seconds: float = 0.0):
     return ray.get_runtime_context().get_node_id(), start, time.time()
 
 
+def one_tick():
+    """Let one health tick pass: placement leases are renewed every tick, so an operator's cordon or
+    drain binds every call submitted after it (issue 6: "respected within one health tick")."""
+    time.sleep(2 * SETTINGS["health"]["monitor_interval_s"])
+
+
 def ran_on(lf, names, refs, timeout=180):
     return [names[n] for n, _, _ in ray.get(refs, timeout=timeout)]
 
@@ -100,18 +106,22 @@ def test_vaapi_encode_falls_back_tier_by_tier_to_cpu(lf, names):
     h.cordon("gpu-cuda-workstation")
     try:
         lf.wait_until(lambda: any(r.cordoned for r in h.nodes() if r.name == "gpu-cuda-workstation"), "cordon recorded")
+        one_tick()
         assert ran_on(lf, names, [encode.remote()]) == ["steamdeck-apu"]
         h.cordon("steamdeck-apu")
+        one_tick()
         assert ran_on(lf, names, [encode.remote()]) == ["cpu-only-box"]
     finally:
         h.uncordon("gpu-cuda-workstation")
         h.uncordon("steamdeck-apu")
+    one_tick()
     assert ran_on(lf, names, [encode.remote()]) == ["gpu-cuda-workstation"]
 
 
 def test_queued_call_times_out_with_capacity_error(lf, names):
     h = lf.handle
     h.cordon("gpu-cuda-workstation")
+    one_tick()
     try:
         lupine = adaptive.remote(operation="lupine", queue_timeout_s=1.5)(span.function)
         ref = lupine.remote()  # a CUDA node exists (cordoned): the call waits, then times out
@@ -128,6 +138,7 @@ def test_queued_call_times_out_with_capacity_error(lf, names):
 def test_queued_call_runs_when_capacity_appears(lf, names):
     h = lf.handle
     h.cordon("gpu-cuda-workstation")
+    one_tick()
     lupine = adaptive.remote(operation="lupine", queue_timeout_s=60)(span.function)
     ref = lupine.remote()
     ready, _ = ray.wait([ref], timeout=1.0)
@@ -165,13 +176,22 @@ def test_seed_002_verification(lf, names):
     assert s.fallback_count - before == 100  # every one fell back past the cordoned GPU tiers
 
 
-def test_drain_lets_running_work_finish_then_marks_draining(lf, names):
+def test_drain_lets_running_work_finish_then_marks_draining(lf, names, tmp_path):
     h = lf.handle
-    lupine = adaptive.remote(operation="lupine", queue_timeout_s=60)(span.function)
-    running = [lupine.remote(2.0) for _ in range(2)]
-    lf.wait_until(lambda: h.metrics()["tiers"]["gpu_cuda"]["running"] == 2, "two calls running on the workstation")
+    marks = tmp_path / "started"
+
+    def hold(seconds: float):
+        with open(marks, "a") as f:  # every node of this fabric is on this machine
+            f.write("started\n")
+        time.sleep(seconds)
+        return ray.get_runtime_context().get_node_id(), 0.0, 0.0
+
+    lupine = adaptive.remote(operation="lupine", queue_timeout_s=60)(hold)
+    running = [lupine.remote(3.0) for _ in range(2)]
+    lf.wait_until(lambda: marks.exists() and len(marks.read_text().splitlines()) == 2, "two calls running on the workstation")
     h.drain("gpu-cuda-workstation")
-    late = lupine.remote()
+    one_tick()
+    late = lupine.remote(0.0)
     assert {names[n] for n, _, _ in ray.get(running, timeout=60)} == {"gpu-cuda-workstation"}  # they finished
     lf.wait_until(lambda: h.node("gpu-cuda-workstation").status.value == "draining", "node marked draining")
     ready, _ = ray.wait([late], timeout=1.0)
