@@ -209,3 +209,59 @@ def test_cancelled_request_is_not_placed(core):
     core.place(APU_DOWN_TO_CPU, request_id="gone", queue=True)
     assert core.cancel("gone") and not core.cancel("gone")
     assert core.node_joined(rec("cpu2", "cpu_ffmpeg")) == []
+
+
+# -- placement leases (issue 6) ----------------------------------------------------------------
+def test_lease_grants_slots_in_policy_order_and_reserves_them(core):
+    g = core.lease("c1", APU_DOWN_TO_CPU, want=5)
+    assert [(s.node_id, s.capacity) for s in g.slots] == [("cuda", 2), ("apu", 2), ("cpu", 1)]
+    assert [s.fallback_levels for s in g.slots] == [0, 0, 1]
+    assert core.fleet.node("cuda").running == 2 and core.running_on("cpu") == 1
+    assert core.place(Requirement(min_tier="gpu_cuda", fallback=False)).status == "deferred"  # reserved for the lease
+
+
+def test_lease_renewal_keeps_running_calls_and_frees_the_rest(core):
+    core.lease("c1", APU_DOWN_TO_CPU, want=4)
+    g = core.lease("c1", APU_DOWN_TO_CPU, holding={"cuda": 1}, want=1)
+    assert sum(r.running for r in core.fleet.records()) == 2  # one still running + one new slot
+    assert [(s.node_id, s.capacity) for s in g.slots] == [("cuda", 2)]
+
+
+def test_cordoned_node_gets_no_new_lease_slots_and_leaves_the_spill_set(core):
+    core.cordon("cuda")
+    g = core.lease("c1", APU_DOWN_TO_CPU, holding={"cuda": 1}, want=1)
+    assert ("cuda", 0) in [(s.node_id, s.capacity) for s in g.slots]  # still counted, no new calls
+    assert all(s.node_id != "cuda" or s.capacity == 0 for s in g.slots)
+    assert g.spill == {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)", "ray.io/node-id": "!in(cuda)"}
+
+
+def test_spill_selector_respects_floor_wait_and_what_labels_cannot_say(core):
+    assert core.spill_selector(APU_DOWN_TO_CPU) == {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"}
+    wait = APU_DOWN_TO_CPU.replace(when_full="wait")
+    assert core.spill_selector(wait) == {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu)"}
+    assert core.spill_selector(APU_DOWN_TO_CPU.replace(ports=("1935/tcp",))) is None
+    assert core.spill_selector(APU_DOWN_TO_CPU.replace(capabilities=("arch:aarch64",))) is None
+    core.node_lost("cuda")
+    assert core.spill_selector(Requirement(min_tier="gpu_cuda", fallback=False)) is None  # nothing left to spill to
+    core.node_changed("apu", tier=ComputeTier.CPU_FFMPEG)  # demoted below the wait level: excluded there
+    assert core.spill_selector(wait) is None
+
+
+def test_unrenewed_lease_is_taken_back_and_the_queue_drains(core, clock):
+    core.lease("c1", APU_DOWN_TO_CPU, want=6)
+    core.place(APU_DOWN_TO_CPU, request_id="q", queue=True)
+    clock.t += 10 * core.lease_ttl_s
+    out = core.tick()
+    assert [i.request_id for i in out if isinstance(i, Placed)] == ["q"]
+    assert core.counters["leases_expired"] == 1
+
+
+def test_lost_node_takes_its_lease_slots_with_it(core):
+    core.lease("c1", APU_DOWN_TO_CPU, want=2)
+    core.node_lost("cuda")
+    assert core.end_lease("c1") == [] and core.running_on("cuda") == 0
+
+
+def test_reported_calls_count_fallbacks(core):
+    core.report_calls(placed=10, fallbacks=3)
+    assert core.fallback_count == 3 and core.counters["calls_reported"] == 10
