@@ -71,7 +71,7 @@ def test_join_registers_the_node_with_its_recording_and_status_shows_it(lf, how)
     src = ["--profile", "steamdeck-apu"] if how == "profile" else ["--recording", str(profile_path("cpu-only-box"))]
     proc = fabric_cli("join", "--address", lf.address, *src, "--name", name, "--", f"--node-ip-address={IP}", "--block")
     try:
-        rec = lf.wait_until(lambda: joined(lf, name), f"{name} to register", timeout_s=90)[0]
+        rec = lf.wait_until(lambda: joined(lf, name), f"{name} to register", timeout_s=180)[0]
         assert rec.capabilities.tier.value == ("gpu_apu" if how == "profile" else "cpu_ffmpeg")
         row = next(n for n in ray.nodes() if n["NodeID"] == rec.node_id)
         assert row["Labels"]["fabric.io/name"] == name and row["Resources"]["fabric.slots"] == rec.capabilities.limitations.max_concurrent_tasks
@@ -101,7 +101,7 @@ def test_start_head_starts_a_labelled_head_that_stops_with_its_process():
     try:
         probe = ("import json, ray; ray.init(address=%r, _node_ip_address=%r, log_to_driver=False); "
                  "print(json.dumps([n['Labels'] for n in ray.nodes() if n['Alive']]))") % (f"{IP}:{port}", IP)
-        deadline, out = time.monotonic() + 90, None
+        deadline, out = time.monotonic() + 180, None
         while time.monotonic() < deadline:
             out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=dict(os.environ))
             if out.returncode == 0:
