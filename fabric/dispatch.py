@@ -65,25 +65,30 @@ def wrap_for_fabric(fn: Callable) -> Callable:
     """The function Ray runs: the user's function, then the bookkeeping its path needs.
 
     ``meta`` is an allocation id (a call the scheduler reserved a slot for: released when it
-    ends), ``None`` (a call inside a client's lease: the client tracks it), or a ``Spill``
-    (a call Ray queued for the floor set: it refuses to start past its deadline, and counts a
-    fallback when it ran below its ``min_tier``)."""
+    ends) or ``None`` (a call inside a client's lease: the client tracks it)."""
 
     def run(__fabric_meta, *args, **kwargs):
-        if type(__fabric_meta) is tuple:  # Spill(deadline, min_rank, name)
-            deadline, min_rank, name = __fabric_meta
-            if time.time() > deadline:
-                raise CapacityError(
-                    f"{name}: queued past its queue timeout before a node inside its floor took it",
-                    reason="queue timeout",
-                )
-            _count_spill(min_rank)
-            return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
         finally:
             if __fabric_meta is not None:
                 _release(__fabric_meta)
+
+    run.__name__ = getattr(fn, "__name__", "adaptive_task")
+    run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
+    return run
+
+
+def wrap_for_spill(fn: Callable, min_rank: int, name: str) -> Callable:
+    """The function Ray runs for a spilled call (queued by Ray for the floor set): it refuses to
+    start past its queue deadline, and counts a fallback when its node is below ``min_rank``."""
+
+    def run(__fabric_deadline, *args, **kwargs):
+        if time.time() > __fabric_deadline:
+            raise CapacityError(f"{name}: queued past its queue timeout before a node inside its floor took it",
+                                reason="queue timeout")
+        _count_spill(min_rank)
+        return fn(*args, **kwargs)
 
     run.__name__ = getattr(fn, "__name__", "adaptive_task")
     run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
@@ -154,6 +159,15 @@ def remote_for(fn: Callable, cache: dict):
     rf = cache.get("remote")
     if rf is None:
         rf = cache["remote"] = ray.remote(wrap_for_fabric(fn))
+    return rf
+
+
+def spill_remote_for(fn: Callable, cache: dict, min_rank: int, name: str):
+    """The Ray remote function for spilled calls of ``fn`` at ``min_rank`` (built once each)."""
+    key = ("spill", min_rank, name)
+    rf = cache.get(key)
+    if rf is None:
+        rf = cache[key] = ray.remote(wrap_for_spill(fn, min_rank, name))
     return rf
 
 
@@ -229,12 +243,12 @@ class _Lease:
     """This process's lease for one requirement class (see ``fabric.scheduling.LeaseGrant``).
 
     Calls go to the leased nodes in the engine's order while a node has room for one more of this
-    client's calls in flight; a node's finished calls are noticed with a zero-timeout ``ray.wait``
-    (no round trip). Past the slots, calls go to the spill selector and Ray queues them in this
-    process until a node inside the floor frees a slot. Renewed every health tick, so a cordoned,
-    drained or lost node stops receiving new calls within one tick."""
+    client's calls in flight; a finished call frees its room through a completion callback on its
+    ObjectRef (no polling, no round trip). Past the slots, calls go to the spill selector and Ray
+    queues them in this process until a node inside the floor frees a slot. Renewed every health
+    tick, so a cordoned, drained or lost node stops receiving new calls within one tick."""
 
-    __slots__ = ("lease_id", "grant", "expires", "order", "capacity", "inflight", "bound", "spill", "full_until", "lock",
+    __slots__ = ("lease_id", "grant", "expires", "order", "capacity", "running", "finished", "bound", "spill", "lock",
                  "peak", "spilled")
 
     def __init__(self, lease_id: str) -> None:
@@ -243,11 +257,14 @@ class _Lease:
         self.expires = 0.0
         self.order: list[str] = []
         self.capacity: dict[str, int] = {}
-        self.inflight: dict[str, collections.deque] = {}
+        self.running: dict[str, int] = {}
+        """This client's calls in flight per leased node (kept across renewals)."""
         self.bound: dict[str, Any] = {}
         self.spill = None
-        self.full_until = 0.0
         self.lock = threading.Lock()
+        self.finished: collections.deque = collections.deque()
+        """Nodes whose calls finished, appended by completion callbacks on Ray's own threads (a
+        deque append never blocks; taking ``lock`` there could deadlock against a submit)."""
         self.peak = 0
         """Most of this client's calls in flight on leased slots at once since the last renewal."""
         self.spilled = 0
@@ -258,40 +275,35 @@ class _Lease:
         spill, and no more than that: a lease must not hoard the fleet's free slots for a tick."""
         return max(1, min(64, self.peak + self.spilled))
 
+    def _collect(self) -> None:
+        pop = self.finished.popleft
+        while self.finished:
+            node = pop()
+            self.running[node] = self.running.get(node, 1) - 1
+
     def holding(self) -> dict[str, int]:
-        for node in list(self.inflight):
-            self._prune(node)
-        return {n: len(q) for n, q in self.inflight.items() if q}
+        self._collect()
+        return {n: k for n, k in self.running.items() if k > 0}
 
-    def _prune(self, node: str) -> None:
-        q = self.inflight.get(node)
-        if q:
-            done, _ = ray.wait(list(q), num_returns=len(q), timeout=0, fetch_local=False)
-            if done:
-                finished = set(done)
-                self.inflight[node] = collections.deque(r for r in q if r not in finished)
-
-    def free_node(self, now: float) -> str | None:
-        if now < self.full_until:
-            return None
+    def free_node(self) -> str | None:
+        self._collect()
         for node in self.order:
-            q = self.inflight.get(node)
-            if q is None or len(q) < self.capacity[node]:
+            if self.running.get(node, 0) < self.capacity[node]:
                 return node
-            self._prune(node)
-            if len(self.inflight[node]) < self.capacity[node]:
-                return node
-        self.full_until = now + 0.002  # a burst: don't re-check every call
         return None
 
-    def install(self, grant: LeaseGrant, rf, req: "Requirement", max_retries: int, name: str) -> None:
+    def started(self, node: str, ref) -> None:
+        k = self.running.get(node, 0) + 1
+        self.running[node] = k
+        if k > self.peak:
+            self.peak = k
+        ref._on_completed(lambda _result, node=node, done=self.finished.append: done(node))
+
+    def install(self, grant: LeaseGrant, rf, spill_rf, req: "Requirement", max_retries: int, name: str) -> None:
         self.grant = grant
         self.expires = time.monotonic() + grant.ttl_s
         self.order = [s.node_id for s in grant.slots if s.capacity > 0]
         self.capacity = {s.node_id: s.capacity for s in grant.slots}
-        self.inflight = {n: q for n, q in self.inflight.items() if q}
-        for s in grant.slots:
-            self.inflight.setdefault(s.node_id, collections.deque())
         base = {"resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus, "max_retries": max_retries,
                 "retry_exceptions": False, "name": name}
         if req.memory_mib:
@@ -300,8 +312,7 @@ class _Lease:
         self.bound = {n: self.bound.get(n) or rf.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=True),
                                                           label_selector=floor_sel, **base)
                       for n in self.order}
-        self.spill = rf.options(label_selector=grant.spill, **base) if grant.spill else None
-        self.full_until = 0.0
+        self.spill = spill_rf.options(label_selector=grant.spill, **base) if grant.spill else None
         self.peak = 0
         self.spilled = 0
 
@@ -315,7 +326,9 @@ def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", 
         with lease.lock:
             if now >= lease.expires:
                 grant = ray.get(conn.scheduler.lease.remote(lease.lease_id, req, lease.holding(), lease.want()))
-                lease.install(grant, remote_for(af.function, af._remote_cache), req, af.dispatch.max_retries, af.task_name)
+                lease.install(grant, remote_for(af.function, af._remote_cache),
+                              spill_remote_for(af.function, af._remote_cache, req.min_tier.rank, af.task_name),
+                              req, af.dispatch.max_retries, af.task_name)
     return lease
 
 
@@ -333,20 +346,17 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
                 raise exc.cause from None
             raise
         with lease.lock:
-            node = lease.free_node(now)
+            node = lease.free_node()
             if node is not None:
                 ref = lease.bound[node].remote(None, *args, **kwargs)
-                q = lease.inflight[node]
-                q.append(ref)
-                if len(q) > lease.peak:
-                    lease.peak = len(q)
+                lease.started(node, ref)
                 return ref
             spill = lease.spill
             if spill is not None and opts.on_no_capacity == "queue":
                 lease.spilled += 1
         if spill is not None and opts.on_no_capacity == "queue":
             timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else conn.queue_timeout_s
-            return spill.remote((time.time() + timeout, req.min_tier.rank, af.task_name), *args, **kwargs)
+            return spill.remote(time.time() + timeout, *args, **kwargs)
     return _submit_placed(conn, af, req, opts, args, kwargs)
 
 
