@@ -37,19 +37,6 @@ class FleetChange:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-def to_node_record(rec: Any, now: float, settings: FabricSettings) -> NodeRecord:
-    """The placement engine's view of one registry record (``fabric.store.RegistryRecord``)."""
-    labels = rec.labels
-    override = settings.nodes.get(rec.name)
-    return NodeRecord(
-        node_id=rec.node_id, name=rec.name, capabilities=rec.capabilities, status=rec.status,
-        tier=rec.capabilities.tier, utilization=rec.utilization.fraction, last_seen=rec.last_seen,
-        cordoned=rec.cordoned, flap_held=rec.flap_held(now),
-        max_concurrent_tasks=override.max_concurrent_tasks if override is not None else None,
-        zone=labels.get("fabric.io/zone"), pool=labels.get("fabric.io/pool"), pool_tier=labels.get("fabric.io/pool-tier"),
-    )
-
-
 def diff_fleet(known: dict[str, NodeRecord], wanted: dict[str, NodeRecord]) -> list[FleetChange]:
     """What changed between the records reported last time and the ones wanted now (pure)."""
     out: list[FleetChange] = []
@@ -97,7 +84,9 @@ class FleetFeed:
             wanted = {}
             for rec in records:
                 if rec.node_id in alive and rec.status in _IN_FLEET:
-                    wanted[rec.node_id] = to_node_record(rec, now, self.settings)
+                    override = self.settings.nodes.get(rec.name)
+                    wanted[rec.node_id] = rec.to_node_record(
+                        now, max_concurrent_tasks=override.max_concurrent_tasks if override is not None else None)
         changes = diff_fleet(self.known, wanted)
         self.known = wanted
         return changes

@@ -110,18 +110,6 @@ def down(timeout_s: float = 30.0) -> list[str]:
     return stopped
 
 
-def _to_node_record(rec: Any, now: float, running: int = 0) -> Any:
-    from fabric.placement import NodeRecord
-
-    labels = rec.labels
-    return NodeRecord(
-        node_id=rec.node_id, name=rec.name, capabilities=rec.capabilities, status=rec.status,
-        tier=rec.capabilities.tier, utilization=rec.utilization.fraction, running=running, last_seen=rec.last_seen,
-        cordoned=rec.cordoned, flap_held=rec.flap_held(now),
-        zone=labels.get("fabric.io/zone"), pool=labels.get("fabric.io/pool"), pool_tier=labels.get("fabric.io/pool-tier"),
-    )
-
-
 class FabricHandle:
     """A driver's view of the running fabric. Cheap to create; every call asks the actors."""
 
@@ -147,12 +135,12 @@ class FabricHandle:
         from the scheduler when it is up)."""
         running = self._running()
         now = time.time()
-        return [_to_node_record(r, now, running.get(r.node_id, 0)) for r in self.records(statuses)]
+        return [r.to_node_record(now, running=running.get(r.node_id, 0)) for r in self.records(statuses)]
 
     def node(self, node: str) -> Any:
         """One node by id, id prefix or name (the newest record of that name)."""
         rec = self._get(self._actor(REGISTRY).record.remote(node))
-        return _to_node_record(rec, time.time(), self._running().get(rec.node_id, 0))
+        return rec.to_node_record(time.time(), running=self._running().get(rec.node_id, 0))
 
     def collected(self) -> list[Any]:
         """Records garbage-collected after their drain grace (status ``dead``)."""

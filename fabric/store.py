@@ -123,6 +123,19 @@ class RegistryRecord(_Model):
     def flap_held(self, now: float) -> bool:
         return self.held_until is not None and now < self.held_until
 
+    def to_node_record(self, now: float, *, running: int = 0, max_concurrent_tasks: int | None = None) -> Any:
+        """The placement engine's view of this record (``fabric.placement.NodeRecord``): what the
+        scheduler places on and what ``handle.nodes()`` returns."""
+        from fabric.placement import NodeRecord
+
+        labels = self.labels
+        return NodeRecord(
+            node_id=self.node_id, name=self.name, capabilities=self.capabilities, status=self.status,
+            tier=self.capabilities.tier, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
+            cordoned=self.cordoned, flap_held=self.flap_held(now), max_concurrent_tasks=max_concurrent_tasks,
+            zone=labels.get("fabric.io/zone"), pool=labels.get("fabric.io/pool"), pool_tier=labels.get("fabric.io/pool-tier"),
+        )
+
 
 class FabricStore:
     """Node records in SQLite (WAL). Thread-safe for the few calls an actor makes; every write is

@@ -22,6 +22,7 @@ ray = pytest.importorskip("ray")
 import fabric  # noqa: E402
 from fabric import CapacityError, Requirement, adaptive  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.spans import max_overlap  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -58,15 +59,6 @@ def one_tick():
 
 def ran_on(lf, names, refs, timeout=180):
     return [names[n] for n, _, _ in ray.get(refs, timeout=timeout)]
-
-
-def max_overlap(intervals):
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    cur = best = 0
-    for _, d in events:
-        cur += d
-        best = max(best, cur)
-    return best
 
 
 def test_a_call_lands_on_the_best_tier_available(lf, names):

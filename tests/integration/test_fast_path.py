@@ -7,7 +7,6 @@ One module-scoped LocalFabric; no wall-clock assertions (waits are bounded polls
 
 from __future__ import annotations
 
-import collections
 import time
 
 import pytest
@@ -16,6 +15,7 @@ ray = pytest.importorskip("ray")
 
 from fabric import adaptive  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.spans import overlap_by_node  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -39,21 +39,9 @@ def call(seconds: float):
     return ray.get_runtime_context().get_node_id(), start, time.time()
 
 
-def max_overlap(spans):
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    cur = best = 0
-    for _, d in events:
-        cur += d
-        best = max(best, cur)
-    return best
-
-
 def assert_never_oversubscribed(results):
-    per_node = collections.defaultdict(list)
-    for node, start, end in results:
-        per_node[node].append((start, end))
-    for node, spans in per_node.items():
-        assert max_overlap(spans) <= SLOTS, f"{node[:12]} ran {max_overlap(spans)} calls at once (slots {SLOTS})"
+    for node, most in overlap_by_node(results).items():
+        assert most <= SLOTS, f"{node[:12]} ran {most} calls at once (slots {SLOTS})"
 
 
 def one_tick():
