@@ -108,7 +108,7 @@ class SchedulerActor:
         if not self._ready.is_set():
             await self._ready.wait()
         grant = self.core.lease(lease_id, req, holding, want)
-        if not grant.slots and grant.spill is None and req.hard and not self.core._any_node_serves(req.min_tier, req.pool):
+        if not grant.slots and grant.spill is None and req.hard and not self.core.any_node_serves(req.min_tier, req.pool):
             raise CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
                                 requirement=repr(req), reason="no node serves the tier")
         return grant

@@ -198,7 +198,7 @@ class SchedulerCore:
         if d.status == "placed":
             self._commit(d)
             return NodeAssignment.from_decision(d, reserved=True)
-        if req.hard and not self._any_node_serves(req.min_tier, req.pool):
+        if req.hard and not self.any_node_serves(req.min_tier, req.pool):
             self.counters["placements_failed"] += 1
             raise CapacityError(
                 f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
@@ -467,7 +467,8 @@ class SchedulerCore:
         self._queued[request_id] = q
         heapq.heappush(self._queue, q)
 
-    def _any_node_serves(self, tier: ComputeTier, pool: str | None) -> bool:
+    def any_node_serves(self, tier: ComputeTier, pool: str | None) -> bool:
+        """Some active or draining node of the pool serves ``tier`` (busy or cordoned counts)."""
         pool = pool or self.fleet.default_pool
         return any(
             r.tier >= tier and r.pool == pool and r.status in (NodeStatus.ACTIVE, NodeStatus.DRAINING)
