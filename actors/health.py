@@ -54,11 +54,7 @@ class HealthMonitorActor:
 
     # -- the loop ----------------------------------------------------------------------------------
     async def _registry(self) -> Any:
-        while True:
-            handle = self.adapter.get_actor(REGISTRY_NAME)
-            if handle is not None:
-                return handle
-            await asyncio.sleep(0.2)
+        return await self.adapter.wait_for_actor(REGISTRY_NAME)
 
     async def _restore(self, registry: Any) -> None:
         records = await registry.records.remote()

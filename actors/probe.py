@@ -111,11 +111,7 @@ class ProbeActor:
         return probe_node(self.sources, name=self.name, roles=roles or (), max_concurrent_tasks=int(slots) if slots and slots.isdigit() else None)
 
     async def _registry(self) -> Any:
-        while True:
-            handle = self.adapter.get_actor(REGISTRY_NAME)
-            if handle is not None:
-                return handle
-            await asyncio.sleep(0.2)
+        return await self.adapter.wait_for_actor(REGISTRY_NAME)
 
     async def _run(self) -> None:
         live = self.source == "live"

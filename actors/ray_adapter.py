@@ -7,6 +7,7 @@ directory. Unit tests hand the actors' logic a fake with the same methods instea
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,14 @@ class RayAdapter:
             return ray.get_actor(name, namespace=self.namespace)
         except ValueError:
             return None
+
+    async def wait_for_actor(self, name: str, interval_s: float = 0.2) -> Any:
+        """The named actor, once it exists (it may still be starting or restarting)."""
+        while True:
+            handle = self.get_actor(name)
+            if handle is not None:
+                return handle
+            await asyncio.sleep(interval_s)
 
     def ensure_probe(self, node: RayNodeView, *, heartbeat_interval_s: float, reprobe_interval_s: float) -> Any:
         """Get or start the ProbeActor of ``node``, hard-pinned to it: it is meant to die with its node."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from probes._numbers import as_int
+
 __all__ = ["snapshot_nvml", "parse_nvml"]
 
 MiB = 1024 * 1024
@@ -97,14 +99,7 @@ def _snapshot_devices(pynvml: Any) -> dict[str, Any]:
     return out
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value == value and abs(value) < 1e18:
-        return int(value)
-    return None
+_int = as_int
 
 
 def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:

@@ -17,7 +17,10 @@ import os
 import platform
 import socket
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
+
+from probes._numbers import as_int
 
 __all__ = ["SystemFacts", "read_psutil", "parse_system", "cgroup_cpu_quota", "cgroup_memory_limit", "cgroup_files"]
 
@@ -66,19 +69,7 @@ def read_psutil() -> dict[str, Any]:
     return data
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value == value and abs(value) < 1e18:
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
+_int = partial(as_int, from_text=True)
 
 
 def _disks(data: dict[str, Any]) -> tuple[dict[str, Any], ...]:
