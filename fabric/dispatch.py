@@ -245,11 +245,15 @@ class _Lease:
     Calls go to the leased nodes in the engine's order while a node has room for one more of this
     client's calls in flight; a finished call frees its room through a completion callback on its
     ObjectRef (no polling, no round trip). Past the slots, calls go to the spill selector and Ray
-    queues them in this process until a node inside the floor frees a slot. Renewed every health
+    queues them in this process until a node inside the floor frees a slot; while spilled calls
+    still queue, new ones queue behind them (see ``spill_queue_empty``). Renewed every health
     tick, so a cordoned, drained or lost node stops receiving new calls within one tick."""
 
     __slots__ = ("lease_id", "grant", "expires", "order", "capacity", "running", "finished", "bound", "spill", "lock",
-                 "peak", "spilled")
+                 "peak", "spilled", "last_spill", "next_spill_check")
+
+    SPILL_CHECK_S = 0.01
+    """How often, at most, a call looks whether this lease's spilled calls have all been taken."""
 
     def __init__(self, lease_id: str) -> None:
         self.lease_id = lease_id
@@ -269,6 +273,10 @@ class _Lease:
         """Most of this client's calls in flight on leased slots at once since the last renewal."""
         self.spilled = 0
         """Calls sent to the spill selector since the last renewal."""
+        self.last_spill = None
+        """The newest spilled call's ObjectRef until it has finished: till then Ray still queues
+        spilled calls and every slot of the floor set is taken, leased ones included."""
+        self.next_spill_check = 0.0
 
     def want(self) -> int:
         """Slots to ask for at renewal: what this client used at its peak, more when it had to
@@ -291,6 +299,33 @@ class _Lease:
             if self.running.get(node, 0) < self.capacity[node]:
                 return node
         return None
+
+    def spill_queue_empty(self, now: float) -> bool:
+        """No spilled call of this client waits in Ray's queue any more (its newest one finished).
+
+        Spilled calls hold the floor set's slots, leased ones included, and the scheduler does
+        not see them; while they queue, a call sent to a leased node would only wait behind them
+        in a scheduling class of its own (and make Ray hand worker leases back and forth), so new
+        calls queue behind them instead, in order. Looked at every ``SPILL_CHECK_S`` at most."""
+        if self.last_spill is None:
+            return True
+        if now < self.next_spill_check:
+            return False
+        self.next_spill_check = now + self.SPILL_CHECK_S
+        if _finished(self.last_spill):
+            self.last_spill = None
+            return True
+        return False
+
+    def route(self, now: float, may_spill: bool) -> str | None:
+        """Where the next call goes: a leased node with room (its id), ``SPILL`` (Ray's queue for
+        the floor set), or None (no room and no spilling: the per-call path)."""
+        spill = may_spill and self.spill is not None
+        if not spill or self.spill_queue_empty(now):
+            node = self.free_node()
+            if node is not None:
+                return node
+        return SPILL if spill else None
 
     def started(self, node: str, ref) -> None:
         k = self.running.get(node, 0) + 1
@@ -315,6 +350,16 @@ class _Lease:
         self.spill = spill_rf.options(label_selector=grant.spill, **base) if grant.spill else None
         self.peak = 0
         self.spilled = 0
+
+
+SPILL = "spill"
+"""``_Lease.route``'s answer for "Ray's queue for the floor set" (node ids are hex, never this)."""
+
+
+def _finished(ref) -> bool:
+    """Whether ``ref``'s task has finished (no waiting, nothing fetched)."""
+    ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
+    return bool(ready)
 
 
 def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", now: float) -> _Lease:
@@ -346,17 +391,19 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
                 raise exc.cause from None
             raise
         with lease.lock:
-            node = lease.free_node()
-            if node is not None:
-                ref = lease.bound[node].remote(None, *args, **kwargs)
-                lease.started(node, ref)
+            where = lease.route(now, opts.on_no_capacity == "queue")
+            if where is not None and where != SPILL:
+                ref = lease.bound[where].remote(None, *args, **kwargs)
+                lease.started(where, ref)
                 return ref
-            spill = lease.spill
-            if spill is not None and opts.on_no_capacity == "queue":
+            if where == SPILL:
                 lease.spilled += 1
-        if spill is not None and opts.on_no_capacity == "queue":
+                spill = lease.spill
+        if where == SPILL:
             timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else conn.queue_timeout_s
-            return spill.remote(time.time() + timeout, *args, **kwargs)
+            ref = spill.remote(time.time() + timeout, *args, **kwargs)
+            lease.last_spill = ref
+            return ref
     return _submit_placed(conn, af, req, opts, args, kwargs)
 
 
