@@ -12,12 +12,14 @@ alternating the two kinds so both see the same machine load:
 Bursts of 1,000 and 10,000 (submit all, then ``ray.get``), and single-call latency (submit one,
 wait for it) p50/p99. Prints a table; with ``--json`` a final JSON object with
 ``plain_tasks_per_s``, ``adaptive_tasks_per_s``, ``throughput_ratio`` (10,000-task bursts),
-``plain_p50_ms``, ``adaptive_p50_ms``, ``added_p50_ms`` and the rest of the measurements.
+``plain_p50_ms``, ``adaptive_p50_ms``, ``added_p50_ms`` and the rest of the measurements
+(``paired_ratio_median``: the median over rounds of adaptive/plain within a round).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -34,13 +36,40 @@ def tiny(x):
     return x
 
 
-def burst(fn, n: int) -> float:
-    import ray
+def machine_cpu_s() -> float:
+    """CPU seconds spent so far by everything on this machine (user + system, all cores)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
+def settle(quiet_pct: float, max_s: float = 20.0) -> float:
+    """Wait until the machine is quiet again after a burst (Ray frees the burst's objects and
+    flushes its task events after ``ray.get`` returns); returns the seconds waited. Without this
+    the burst that runs second in a round pays for the first one's cleanup."""
+    import psutil
 
     t0 = time.perf_counter()
+    while time.perf_counter() - t0 < max_s:
+        if psutil.cpu_percent(interval=0.5) < quiet_pct:
+            break
+    return time.perf_counter() - t0
+
+
+def burst(fn, n: int, cpu_ms: list[float] | None = None) -> float:
+    """Submit ``n`` calls, then wait for all; returns tasks per second (and appends the machine's
+    CPU milliseconds per task to ``cpu_ms``: on 2 cores the burst is CPU-bound, so this is the
+    steadier measure of what each kind costs)."""
+    import ray
+
+    gc.collect()
+    c0, t0 = machine_cpu_s(), time.perf_counter()
     refs = [fn.remote(i) for i in range(n)]
     out = ray.get(refs)
     dt = time.perf_counter() - t0
+    if cpu_ms is not None:
+        cpu_ms.append((machine_cpu_s() - c0) * 1000 / n)
     assert out == list(range(n)), "a burst lost or mixed up results"
     return n / dt
 
@@ -64,8 +93,11 @@ def pct(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per burst size (default 3)")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="rounds per burst size; each runs both kinds, the order flipping every round (default 4)")
     parser.add_argument("--sizes", default="1000,10000", help="burst sizes (default 1000,10000)")
+    parser.add_argument("--quiet-pct", type=float, default=25.0,
+                        help="before each burst, wait until the machine's CPU use is under this percent (default 25)")
     parser.add_argument("--latency-calls", type=int, default=300, help="single calls for p50/p99 (default 300)")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -83,26 +115,40 @@ def main(argv: list[str] | None = None) -> int:
         burst(plain, 200)
         burst(fabric_fn, 200)
         rows: dict[tuple[str, int], list[float]] = {}
+        cpu: dict[tuple[str, int], list[float]] = {}
         for size in sizes:
             for r in range(args.rounds):
                 order = [("plain", plain), ("adaptive", fabric_fn)] if r % 2 == 0 else [("adaptive", fabric_fn), ("plain", plain)]
                 for kind, fn in order:
-                    rate = burst(fn, size)
+                    waited = settle(args.quiet_pct)
+                    rate = burst(fn, size, cpu.setdefault((kind, size), []))
                     rows.setdefault((kind, size), []).append(rate)
-                    print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s", file=sys.stderr)
+                    print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s  {cpu[(kind, size)][-1]:5.2f} ms CPU/task  (settled {waited:.1f} s)",
+                          file=sys.stderr)
         lat = {"plain": [], "adaptive": []}
         for r in range(2):
             for kind, fn in ([("plain", plain), ("adaptive", fabric_fn)] if r == 0 else [("adaptive", fabric_fn), ("plain", plain)]):
+                settle(args.quiet_pct)
                 lat[kind] += latencies(fn, args.latency_calls // 2)
         metrics = lf.handle.metrics()
 
-    print(f"\n{'burst':>8}  {'plain tasks/s':>14}  {'adaptive tasks/s':>16}  {'ratio':>6}")
+    print(f"\n{'burst':>8}  {'plain tasks/s':>14}  {'adaptive tasks/s':>16}  {'ratio':>6}  {'paired ratios: median (min-max)':>32}")
     result: dict = {"sizes": {}}
     for size in sizes:
         p = statistics.median(rows[("plain", size)])
         a = statistics.median(rows[("adaptive", size)])
-        print(f"{size:>8}  {p:>14.0f}  {a:>16.0f}  {a / p:>6.2f}")
-        result["sizes"][str(size)] = {"plain_tasks_per_s": round(p), "adaptive_tasks_per_s": round(a), "ratio": round(a / p, 3)}
+        # each round's adaptive burst against the plain burst next to it in time: drift over the
+        # run (both kinds slow down as the cluster ages) cancels within a pair
+        paired = [ra / rp for ra, rp in zip(rows[("adaptive", size)], rows[("plain", size)])]
+        pm = statistics.median(paired)
+        print(f"{size:>8}  {p:>14.0f}  {a:>16.0f}  {a / p:>6.2f}  {pm:>15.2f} ({min(paired):.2f}-{max(paired):.2f})")
+        result["sizes"][str(size)] = {"plain_tasks_per_s": round(p), "adaptive_tasks_per_s": round(a), "ratio": round(a / p, 3),
+                                      "paired_ratio_median": round(pm, 3), "paired_ratios": [round(x, 3) for x in paired]}
+    print(f"\n{'burst':>8}  {'machine CPU ms/task: plain':>27}  {'adaptive':>8}  {'ratio':>6}")
+    for size in sizes:
+        cp, ca = statistics.median(cpu[("plain", size)]), statistics.median(cpu[("adaptive", size)])
+        print(f"{size:>8}  {cp:>27.2f}  {ca:>8.2f}  {ca / cp:>6.2f}")
+        result["sizes"][str(size)].update({"plain_cpu_ms_per_task": round(cp, 3), "adaptive_cpu_ms_per_task": round(ca, 3)})
     p50p, p50a = statistics.median(lat["plain"]), statistics.median(lat["adaptive"])
     p99p, p99a = pct(lat["plain"], 0.99), pct(lat["adaptive"], 0.99)
     print(f"\n{'single call':>12}  {'p50 ms':>7}  {'p99 ms':>7}")
@@ -115,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "plain_tasks_per_s": result["sizes"][big]["plain_tasks_per_s"],
         "adaptive_tasks_per_s": result["sizes"][big]["adaptive_tasks_per_s"],
         "throughput_ratio": result["sizes"][big]["ratio"],
+        "paired_ratio_median": result["sizes"][big]["paired_ratio_median"],
         "plain_p50_ms": round(p50p, 3), "adaptive_p50_ms": round(p50a, 3), "added_p50_ms": round(p50a - p50p, 3),
         "plain_p99_ms": round(p99p, 3), "adaptive_p99_ms": round(p99a, 3),
         "leases_granted": metrics.get("leases_granted"), "load_average": round(os.getloadavg()[0], 2),
