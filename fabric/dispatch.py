@@ -246,19 +246,32 @@ class _Lease:
     client's calls in flight; a finished call frees its room through a completion callback on its
     ObjectRef (no polling, no round trip). Past the slots, calls go to the spill selector and Ray
     queues them in this process until a node inside the floor frees a slot; while spilled calls
-    still queue, new ones queue behind them (see ``spill_queue_empty``). Renewed every health
-    tick, so a cordoned, drained or lost node stops receiving new calls within one tick."""
+    still queue, new ones queue behind them (see ``spill_queue_empty``).
 
-    __slots__ = ("lease_id", "grant", "expires", "order", "capacity", "running", "finished", "bound", "spill", "lock",
-                 "peak", "spilled", "last_spill", "next_spill_check")
+    Renewed every health tick, so a cordoned, drained or lost node stops receiving new calls within
+    one tick: the next grant is asked for at ``RENEW_AT`` of the tick, without waiting, and taken
+    into use when it arrives; a call waits for it only when the tick has run out first. A grant is
+    used for at most one tick from the moment it was asked for."""
+
+    __slots__ = ("lease_id", "grant", "expires", "renew_at", "renewal", "renewal_seq", "arrived_seq", "order", "capacity",
+                 "running", "finished", "bound", "spill", "lock", "peak", "spilled", "last_spill", "spill_seq",
+                 "last_spill_at", "done_seq", "armed_seq", "next_spill_check")
 
     SPILL_CHECK_S = 0.01
     """How often, at most, a call looks whether this lease's spilled calls have all been taken."""
+    RENEW_AT = 0.75
+    """When, as a share of the tick, the next grant is asked for."""
 
     def __init__(self, lease_id: str) -> None:
         self.lease_id = lease_id
         self.grant: LeaseGrant | None = None
         self.expires = 0.0
+        self.renew_at = 0.0
+        self.renewal = None
+        """The ObjectRef of the next grant while it is on its way; it has arrived when
+        ``arrived_seq`` (set by its completion callback) has caught up with ``renewal_seq``."""
+        self.renewal_seq = 0
+        self.arrived_seq = 0
         self.order: list[str] = []
         self.capacity: dict[str, int] = {}
         self.running: dict[str, int] = {}
@@ -274,8 +287,13 @@ class _Lease:
         self.spilled = 0
         """Calls sent to the spill selector since the last renewal."""
         self.last_spill = None
-        """The newest spilled call's ObjectRef until it has finished: till then Ray still queues
-        spilled calls and every slot of the floor set is taken, leased ones included."""
+        """The newest spilled call's ObjectRef."""
+        self.spill_seq = 0
+        """Spilled calls so far; ``done_seq``: the number of the newest one known to have finished
+        (set by a completion callback); ``armed_seq``: the one that callback waits on."""
+        self.done_seq = 0
+        self.armed_seq = 0
+        self.last_spill_at = 0.0
         self.next_spill_check = 0.0
 
     def want(self) -> int:
@@ -306,16 +324,32 @@ class _Lease:
         Spilled calls hold the floor set's slots, leased ones included, and the scheduler does
         not see them; while they queue, a call sent to a leased node would only wait behind them
         in a scheduling class of its own (and make Ray hand worker leases back and forth), so new
-        calls queue behind them instead, in order. Looked at every ``SPILL_CHECK_S`` at most."""
-        if self.last_spill is None:
+        calls queue behind them instead, in order. During a burst nothing blocks: a completion
+        callback waits on the newest spilled call, moved to a newer one every ``SPILL_CHECK_S`` at
+        most. Once no call has spilled for ``SPILL_CHECK_S`` (the burst is over), the newest is
+        looked at directly, so the first call after a burst goes to the best leased node."""
+        if self.done_seq >= self.spill_seq:
             return True
         if now < self.next_spill_check:
             return False
         self.next_spill_check = now + self.SPILL_CHECK_S
-        if _finished(self.last_spill):
-            self.last_spill = None
-            return True
-        return False
+        seq, ref = self.spill_seq, self.last_spill
+        if self.armed_seq != seq:
+            self.armed_seq = seq
+            ref._on_completed(lambda _result, seq=seq: self._spill_done(seq))
+        if self.done_seq < seq and now - self.last_spill_at >= self.SPILL_CHECK_S and _finished(ref):
+            self._spill_done(seq)
+        return self.done_seq >= seq
+
+    def _spill_done(self, seq: int) -> None:  # on Ray's thread: no lock (see ``finished``)
+        if seq > self.done_seq:
+            self.done_seq = seq
+
+    def spilled_call(self, ref, now: float) -> None:
+        self.spilled += 1
+        self.spill_seq += 1
+        self.last_spill = ref
+        self.last_spill_at = now
 
     def route(self, now: float, may_spill: bool) -> str | None:
         """Where the next call goes: a leased node with room (its id), ``SPILL`` (Ray's queue for
@@ -334,9 +368,27 @@ class _Lease:
             self.peak = k
         ref._on_completed(lambda _result, node=node, done=self.finished.append: done(node))
 
-    def install(self, grant: LeaseGrant, rf, spill_rf, req: "Requirement", max_retries: int, name: str) -> None:
+    def ask_renewal(self, scheduler, req: "Requirement", now: float) -> None:
+        """Ask for the next grant (no waiting)."""
+        seq = self.renewal_seq = self.renewal_seq + 1
+        self.renewal = scheduler.lease.remote(self.lease_id, req, self.holding(), self.want())
+        self.renew_at = now  # asked at: the grant will be used for one tick from here
+        self.renewal._on_completed(lambda _result, seq=seq: setattr(self, "arrived_seq", seq))
+
+    def renewal_arrived(self) -> bool:
+        return self.renewal is not None and self.arrived_seq == self.renewal_seq
+
+    def take_renewal(self, rf, spill_rf, req: "Requirement", max_retries: int, name: str) -> None:
+        """Take the grant asked for into use (waiting for it if it has not arrived)."""
+        ref, self.renewal = self.renewal, None
+        self.install(ray.get(ref), rf, spill_rf, req, max_retries, name, asked_at=self.renew_at)
+
+    def install(self, grant: LeaseGrant, rf, spill_rf, req: "Requirement", max_retries: int, name: str,
+                asked_at: float | None = None) -> None:
         self.grant = grant
-        self.expires = time.monotonic() + grant.ttl_s
+        asked_at = time.monotonic() if asked_at is None else asked_at
+        self.expires = asked_at + grant.ttl_s
+        self.renew_at = asked_at + grant.ttl_s * self.RENEW_AT
         self.order = [s.node_id for s in grant.slots if s.capacity > 0]
         self.capacity = {s.node_id: s.capacity for s in grant.slots}
         base = {"resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus, "max_retries": max_retries,
@@ -367,13 +419,14 @@ def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", 
     lease = conn.leases.get(key)
     if lease is None:
         lease = conn.leases.setdefault(key, _Lease(f"{conn.client_id}:{len(conn.leases)}"))
-    if now >= lease.expires:
+    if now >= lease.renew_at:
         with lease.lock:
-            if now >= lease.expires:
-                grant = ray.get(conn.scheduler.lease.remote(lease.lease_id, req, lease.holding(), lease.want()))
-                lease.install(grant, remote_for(af.function, af._remote_cache),
-                              spill_remote_for(af.function, af._remote_cache, req.min_tier.rank, af.task_name),
-                              req, af.dispatch.max_retries, af.task_name)
+            if lease.renewal is None and now >= lease.renew_at:
+                lease.ask_renewal(conn.scheduler, req, now)
+            if lease.renewal is not None and (lease.renewal_arrived() or now >= lease.expires):
+                lease.take_renewal(remote_for(af.function, af._remote_cache),
+                                   spill_remote_for(af.function, af._remote_cache, req.min_tier.rank, af.task_name),
+                                   req, af.dispatch.max_retries, af.task_name)
     return lease
 
 
@@ -392,18 +445,15 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
             raise
         with lease.lock:
             where = lease.route(now, opts.on_no_capacity == "queue")
-            if where is not None and where != SPILL:
+            if where == SPILL:
+                timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else conn.queue_timeout_s
+                ref = lease.spill.remote(time.time() + timeout, *args, **kwargs)
+                lease.spilled_call(ref, now)
+                return ref
+            if where is not None:
                 ref = lease.bound[where].remote(None, *args, **kwargs)
                 lease.started(where, ref)
                 return ref
-            if where == SPILL:
-                lease.spilled += 1
-                spill = lease.spill
-        if where == SPILL:
-            timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else conn.queue_timeout_s
-            ref = spill.remote(time.time() + timeout, *args, **kwargs)
-            lease.last_spill = ref
-            return ref
     return _submit_placed(conn, af, req, opts, args, kwargs)
 
 

@@ -36,7 +36,7 @@ class FakeRef:
 
 @pytest.fixture
 def lease(monkeypatch) -> _Lease:
-    monkeypatch.setattr(dispatch, "_finished", lambda ref: ref.done)
+    monkeypatch.setattr(dispatch, "_finished", lambda ref: ref.done)  # what ray.wait(timeout=0) says
     lease = _Lease("client:0")
     grant = LeaseGrant("client:0", (LeaseSlot(A, 1), LeaseSlot(B, 1)), SELECTOR, 1.0)
     lease.install(grant, FakeRemote(), FakeRemote(), REQ, 3, "tiny")
@@ -67,28 +67,146 @@ def test_a_finished_call_frees_its_leased_slot(lease):
 
 def test_new_calls_queue_behind_spilled_calls_until_the_newest_has_finished(lease):
     a, b = start(lease, A), start(lease, B)
-    spilled = FakeRef()
-    lease.last_spill = spilled
+    first, second = FakeRef(), FakeRef()
+    lease.spilled_call(first, 0.0)
     a.finish()
     b.finish()
     # leased slots look free to this client, but its spilled calls still hold the floor set's slots
-    assert lease.route(0.0, may_spill=True) == SPILL
-    spilled.finish()
-    assert lease.route(0.005, may_spill=True) == SPILL  # looked again only after SPILL_CHECK_S
-    assert lease.route(0.0 + _Lease.SPILL_CHECK_S, may_spill=True) == A
-    assert lease.last_spill is None
+    assert lease.route(0.0, may_spill=True) == SPILL  # a callback now waits on the newest spilled call
+    lease.spilled_call(second, 0.001)
+    first.finish()
+    assert lease.route(0.001, may_spill=True) == SPILL  # a newer one still queues
+    assert second.callbacks == []  # moved to the newest only after SPILL_CHECK_S
+    assert lease.route(_Lease.SPILL_CHECK_S, may_spill=True) == SPILL
+    assert len(second.callbacks) == 1
+    second.finish()
+    assert lease.route(_Lease.SPILL_CHECK_S + 0.001, may_spill=True) == A
+
+
+def test_once_the_burst_is_over_the_newest_spilled_call_is_looked_at_directly(lease):
+    start(lease, A).finish()
+    spilled = FakeRef()
+    lease.spilled_call(spilled, 0.0)
+    spilled.done = True  # finished, but its callback has not been delivered
+    assert lease.route(0.001, may_spill=True) == SPILL  # still bursting: no direct look
+    assert lease.route(0.02, may_spill=True) == A  # nothing spilled for SPILL_CHECK_S: looked, finished
 
 
 def test_calls_that_may_not_spill_still_take_a_free_leased_slot(lease):
-    lease.last_spill = FakeRef()
+    lease.spilled_call(FakeRef(), 0.0)
     assert lease.route(0.0, may_spill=False) == A
 
 
 def test_without_a_spill_selector_a_free_leased_slot_is_used(monkeypatch):
-    monkeypatch.setattr(dispatch, "_finished", lambda ref: ref.done)
     lease = _Lease("client:1")
     lease.install(LeaseGrant("client:1", (LeaseSlot(A, 1),), None, 1.0), FakeRemote(), FakeRemote(), REQ, 3, "tiny")
-    lease.last_spill = FakeRef()  # left from an earlier grant that had a selector
+    lease.spilled_call(FakeRef(), 0.0)  # left from an earlier grant that had a selector
     assert lease.route(0.0, may_spill=True) == A
     start(lease, A)
     assert lease.route(0.0, may_spill=True) is None
+
+
+# -- renewal: asked for ahead of time, never waited for unless the tick ran out ------------------
+class FakeScheduler:
+    def __init__(self) -> None:
+        self.asked: list[tuple] = []
+        self.refs: list[FakeRef] = []
+        self.lease = self
+
+    def remote(self, lease_id, req, holding, want):
+        self.asked.append((lease_id, dict(holding), want))
+        ref = FakeRef()
+        self.refs.append(ref)
+        return ref
+
+
+class FakeConnection:
+    def __init__(self) -> None:
+        self.scheduler = FakeScheduler()
+        self.leases: dict = {}
+        self.client_id = "client"
+
+
+@pytest.fixture
+def renewing(monkeypatch):
+    from fabric import adaptive
+
+    grants: dict[int, LeaseGrant] = {}
+    waited: list[FakeRef] = []
+
+    def fake_get(ref):
+        if not ref.done:
+            waited.append(ref)
+        return grants[id(ref)]
+
+    monkeypatch.setattr(dispatch.ray, "get", fake_get)
+    conn = FakeConnection()
+    af = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: x)
+
+    def grant_next(*slots: LeaseSlot) -> None:
+        ref = conn.scheduler.refs[-1]
+        grants[id(ref)] = LeaseGrant("client:0", slots, SELECTOR, 1.0)
+        ref.finish()
+
+    return conn, af, grant_next, waited
+
+
+def new_lease(conn: FakeConnection, af) -> _Lease:
+    lease = _Lease("client:0")
+    conn.leases[(af.requirement.class_key, af.dispatch.max_retries, af.task_name)] = lease
+    return lease
+
+
+def test_renewals_are_asked_for_ahead_and_taken_into_use_when_they_arrive(renewing):
+    conn, af, grant_next, waited = renewing
+    scheduler, req = conn.scheduler, af.requirement
+    lease = new_lease(conn, af)
+
+    # the first call has nothing to go on: it asks and waits (answered at once here)
+    lease.ask_renewal(scheduler, req, 0.0)
+    grant_next(LeaseSlot(A, 2))
+    assert dispatch._lease_for(conn, af, req, 0.0) is lease
+    assert lease.capacity == {A: 2} and lease.renewal is None
+    assert lease.expires == pytest.approx(1.0) and lease.renew_at == pytest.approx(_Lease.RENEW_AT)
+
+    dispatch._lease_for(conn, af, req, 0.5)
+    assert len(scheduler.asked) == 1  # before RENEW_AT of the tick nothing is asked
+    start(lease, A)
+    dispatch._lease_for(conn, af, req, 0.8)  # at RENEW_AT: asked, holding what runs now, not waited for
+    assert len(scheduler.asked) == 2 and scheduler.asked[-1][1] == {A: 1}
+    assert lease.renewal is not None and lease.capacity == {A: 2}
+
+    grant_next(LeaseSlot(A, 1), LeaseSlot(B, 1))  # it arrives: the next call takes it into use
+    dispatch._lease_for(conn, af, req, 0.85)
+    assert lease.capacity == {A: 1, B: 1} and lease.renewal is None
+    assert lease.expires == pytest.approx(1.8)  # one tick from when it was asked for
+    assert waited == []
+
+
+def test_a_call_waits_for_the_renewal_only_when_the_tick_has_run_out(renewing):
+    conn, af, grant_next, waited = renewing
+    scheduler, req = conn.scheduler, af.requirement
+    lease = new_lease(conn, af)
+    lease.ask_renewal(scheduler, req, 0.0)
+    grant_next(LeaseSlot(A, 2))
+    dispatch._lease_for(conn, af, req, 0.0)
+
+    dispatch._lease_for(conn, af, req, 0.9)  # asked; until it arrives the old grant serves
+    pending = scheduler.refs[-1]
+    assert lease.renewal is pending and lease.capacity == {A: 2} and waited == []
+
+    grant_next(LeaseSlot(B, 1))
+    pending.done, lease.arrived_seq = False, 0  # as if still on its way when the tick runs out
+    dispatch._lease_for(conn, af, req, 1.0)
+    assert waited == [pending] and lease.capacity == {B: 1}
+
+
+def test_a_late_callback_of_an_earlier_renewal_does_not_pass_for_the_next_one(renewing):
+    conn, af, grant_next, waited = renewing
+    scheduler, req = conn.scheduler, af.requirement
+    lease = new_lease(conn, af)
+    lease.ask_renewal(scheduler, req, 0.0)
+    first = scheduler.refs[-1]
+    lease.ask_renewal(scheduler, req, 0.1)
+    first.finish()  # the earlier one's callback fires after the next was asked for
+    assert not lease.renewal_arrived()
