@@ -1,0 +1,47 @@
+"""The benchmark scripts run and print what their issues promise (tiny sizes: this checks that they
+work and keep their JSON contract, not how fast anything is; the figures come from full runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(*args: str, timeout: float = 600) -> str:
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def test_bench_dispatch_prints_its_table_and_json_object():
+    text = run_script("scripts/bench_dispatch.py", "--sizes", "20,60", "--rounds", "2", "--latency-calls", "8",
+                      "--quiet-pct", "100", "--json")
+    result = json.loads(text.strip().splitlines()[-1])
+    for key in ("plain_tasks_per_s", "adaptive_tasks_per_s", "throughput_ratio", "plain_p50_ms", "adaptive_p50_ms",
+                "added_p50_ms"):
+        assert key in result, key
+    assert result["plain_tasks_per_s"] > 0 and result["adaptive_tasks_per_s"] > 0
+    assert result["throughput_ratio"] == pytest.approx(result["adaptive_tasks_per_s"] / result["plain_tasks_per_s"], rel=0.02)
+    assert result["added_p50_ms"] == pytest.approx(result["adaptive_p50_ms"] - result["plain_p50_ms"], abs=0.002)
+    assert set(result["sizes"]) == {"20", "60"} and len(result["sizes"]["60"]["paired_ratios"]) == 2
+    assert result["leases_granted"] >= 1  # the adaptive calls took the lease path
+    assert "paired ratios" in text and "single call" in text
+
+
+def test_bench_placement_prints_one_json_object_per_fleet_size():
+    text = run_script("scripts/bench_placement.py", "--sizes", "50,200", "--decisions", "300", "--ref-decisions", "20",
+                      "--repeat", "1", "--json", timeout=300)
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert [row["nodes"] for row in rows] == [50, 200]
+    for row in rows:
+        assert row["decisions_per_s"] > 0 and row["reference_decisions_per_s"] > 0 and row["speedup_vs_reference"] > 0
