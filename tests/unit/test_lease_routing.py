@@ -157,15 +157,19 @@ def new_lease(conn: FakeConnection, af) -> _Lease:
     return lease
 
 
+def first_grant(conn: FakeConnection, af, grant_next) -> _Lease:
+    """A lease whose first call asked at 0.0 and got two slots on A (answered at once)."""
+    lease = new_lease(conn, af)
+    lease.ask_renewal(conn.scheduler, af.requirement, 0.0)
+    grant_next(LeaseSlot(A, 2))
+    assert dispatch._lease_for(conn, af, af.requirement, 0.0) is lease
+    return lease
+
+
 def test_renewals_are_asked_for_ahead_and_taken_into_use_when_they_arrive(renewing):
     conn, af, grant_next, waited = renewing
     scheduler, req = conn.scheduler, af.requirement
-    lease = new_lease(conn, af)
-
-    # the first call has nothing to go on: it asks and waits (answered at once here)
-    lease.ask_renewal(scheduler, req, 0.0)
-    grant_next(LeaseSlot(A, 2))
-    assert dispatch._lease_for(conn, af, req, 0.0) is lease
+    lease = first_grant(conn, af, grant_next)  # the first call has nothing to go on: it waits
     assert lease.capacity == {A: 2} and lease.renewal is None
     assert lease.expires == pytest.approx(1.0) and lease.renew_at == pytest.approx(_Lease.RENEW_AT)
 
@@ -186,10 +190,7 @@ def test_renewals_are_asked_for_ahead_and_taken_into_use_when_they_arrive(renewi
 def test_a_call_waits_for_the_renewal_only_when_the_tick_has_run_out(renewing):
     conn, af, grant_next, waited = renewing
     scheduler, req = conn.scheduler, af.requirement
-    lease = new_lease(conn, af)
-    lease.ask_renewal(scheduler, req, 0.0)
-    grant_next(LeaseSlot(A, 2))
-    dispatch._lease_for(conn, af, req, 0.0)
+    lease = first_grant(conn, af, grant_next)
 
     dispatch._lease_for(conn, af, req, 0.9)  # asked; until it arrives the old grant serves
     pending = scheduler.refs[-1]
