@@ -287,7 +287,7 @@ class _Lease:
         self.spilled = 0
         """Calls sent to the spill selector since the last renewal."""
         self.last_spill = None
-        """The newest spilled call's ObjectRef."""
+        """The newest spilled call's ObjectRef, let go of once a call sees it has finished."""
         self.spill_seq = 0
         """Spilled calls so far; ``done_seq``: the number of the newest one known to have finished
         (set by a completion callback); ``armed_seq``: the one that callback waits on."""
@@ -328,18 +328,20 @@ class _Lease:
         callback waits on the newest spilled call, moved to a newer one every ``SPILL_CHECK_S`` at
         most. Once no call has spilled for ``SPILL_CHECK_S`` (the burst is over), the newest is
         looked at directly, so the first call after a burst goes to the best leased node."""
-        if self.done_seq >= self.spill_seq:
-            return True
-        if now < self.next_spill_check:
-            return False
-        self.next_spill_check = now + self.SPILL_CHECK_S
-        seq, ref = self.spill_seq, self.last_spill
-        if self.armed_seq != seq:
-            self.armed_seq = seq
-            ref._on_completed(lambda _result, seq=seq: self._spill_done(seq))
-        if self.done_seq < seq and now - self.last_spill_at >= self.SPILL_CHECK_S and _finished(ref):
-            self._spill_done(seq)
-        return self.done_seq >= seq
+        if self.done_seq < self.spill_seq:
+            if now < self.next_spill_check:
+                return False
+            self.next_spill_check = now + self.SPILL_CHECK_S
+            seq, ref = self.spill_seq, self.last_spill
+            if self.armed_seq != seq:
+                self.armed_seq = seq
+                ref._on_completed(lambda _result, seq=seq: self._spill_done(seq))
+            if self.done_seq < seq and now - self.last_spill_at >= self.SPILL_CHECK_S and _finished(ref):
+                self._spill_done(seq)
+            if self.done_seq < seq:
+                return False
+        self.last_spill = None  # known to have finished: its result is not kept alive by us
+        return True
 
     def _spill_done(self, seq: int) -> None:  # on Ray's thread: no lock (see ``finished``)
         if seq > self.done_seq:

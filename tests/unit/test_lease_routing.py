@@ -81,6 +81,7 @@ def test_new_calls_queue_behind_spilled_calls_until_the_newest_has_finished(leas
     assert len(second.callbacks) == 1
     second.finish()
     assert lease.route(_Lease.SPILL_CHECK_S + 0.001, may_spill=True) == A
+    assert lease.last_spill is None  # its result is not kept alive by the lease
 
 
 def test_once_the_burst_is_over_the_newest_spilled_call_is_looked_at_directly(lease):
