@@ -99,8 +99,6 @@ def _snapshot_devices(pynvml: Any) -> dict[str, Any]:
     return out
 
 
-_int = as_int
-
 
 def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """GPU descriptions (dicts of ``fabric.GpuInfo`` fields plus ``pci_bus_id``) and notes from an
@@ -128,22 +126,22 @@ def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:
                 notes.append(f"NVIDIA GPU {pos}: NVML could not open it ({dev['errors']['handle']})")
                 continue
             name = "NVIDIA GPU"
-        index = _int(dev.get("index"))
+        index = as_int(dev.get("index"))
         index = index if index is not None and index >= 0 else pos
-        mem = _int(dev.get("memory_total"))
-        bus = _BUS.get(_int(dev.get("bus_type")) or 0, "unknown")
+        mem = as_int(dev.get("memory_total"))
+        bus = _BUS.get(as_int(dev.get("bus_type")) or 0, "unknown")
         cc = dev.get("compute_capability")
         capability = None
-        if isinstance(cc, (list, tuple)) and len(cc) == 2 and all(_int(x) is not None for x in cc):
+        if isinstance(cc, (list, tuple)) and len(cc) == 2 and all(as_int(x) is not None for x in cc):
             capability = f"{int(cc[0])}.{int(cc[1])}"
         mig = dev.get("mig_mode")
         mig_mode = None
-        if isinstance(mig, (list, tuple)) and mig and _int(mig[0]) is not None:
-            mig_mode = _int(mig[0]) == 1
+        if isinstance(mig, (list, tuple)) and mig and as_int(mig[0]) is not None:
+            mig_mode = as_int(mig[0]) == 1
         raw_caps = dev.get("encoder_capacity")
         caps: dict[str, int] = {}
         for codec, raw in (raw_caps.items() if isinstance(raw_caps, dict) else ()):
-            value = _int(raw)
+            value = as_int(raw)
             if codec in _CODECS and value is not None and value >= 0:
                 caps[codec] = value
         pci = dev.get("pci_bus_id") if isinstance(dev.get("pci_bus_id"), str) else None
