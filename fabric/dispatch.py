@@ -383,12 +383,11 @@ class _Lease:
     def take_renewal(self, rf, spill_rf, req: "Requirement", max_retries: int, name: str) -> None:
         """Take the grant asked for into use (waiting for it if it has not arrived)."""
         ref, self.renewal = self.renewal, None
-        self.install(ray.get(ref), rf, spill_rf, req, max_retries, name, asked_at=self.renew_at)
+        self.install(ray.get(ref), rf, spill_rf, req, max_retries, name, self.renew_at)
 
     def install(self, grant: LeaseGrant, rf, spill_rf, req: "Requirement", max_retries: int, name: str,
-                asked_at: float | None = None) -> None:
+                asked_at: float) -> None:
         self.grant = grant
-        asked_at = time.monotonic() if asked_at is None else asked_at
         self.expires = asked_at + grant.ttl_s
         self.renew_at = asked_at + grant.ttl_s * self.RENEW_AT
         self.order = [s.node_id for s in grant.slots if s.capacity > 0]

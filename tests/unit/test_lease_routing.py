@@ -39,7 +39,7 @@ def lease(monkeypatch) -> _Lease:
     monkeypatch.setattr(dispatch, "_finished", lambda ref: ref.done)  # what ray.wait(timeout=0) says
     lease = _Lease("client:0")
     grant = LeaseGrant("client:0", (LeaseSlot(A, 1), LeaseSlot(B, 1)), SELECTOR, 1.0)
-    lease.install(grant, FakeRemote(), FakeRemote(), REQ, 3, "tiny")
+    lease.install(grant, FakeRemote(), FakeRemote(), REQ, 3, "tiny", asked_at=0.0)
     return lease
 
 
@@ -100,7 +100,8 @@ def test_calls_that_may_not_spill_still_take_a_free_leased_slot(lease):
 
 def test_without_a_spill_selector_a_free_leased_slot_is_used(monkeypatch):
     lease = _Lease("client:1")
-    lease.install(LeaseGrant("client:1", (LeaseSlot(A, 1),), None, 1.0), FakeRemote(), FakeRemote(), REQ, 3, "tiny")
+    lease.install(LeaseGrant("client:1", (LeaseSlot(A, 1),), None, 1.0), FakeRemote(), FakeRemote(), REQ, 3, "tiny",
+                  asked_at=0.0)
     lease.spilled_call(FakeRef(), 0.0)  # left from an earlier grant that had a selector
     assert lease.route(0.0, may_spill=True) == A
     start(lease, A)
