@@ -57,10 +57,9 @@ def settle(quiet_pct: float, max_s: float = 20.0) -> float:
     return time.perf_counter() - t0
 
 
-def burst(fn, n: int, cpu_ms: list[float] | None = None) -> float:
-    """Submit ``n`` calls, then wait for all; returns tasks per second (and appends the machine's
-    CPU milliseconds per task to ``cpu_ms``: on 2 cores the burst is CPU-bound, so this is the
-    steadier measure of what each kind costs)."""
+def burst(fn, n: int) -> tuple[float, float]:
+    """Submit ``n`` calls, then wait for all; returns tasks per second and the machine's CPU
+    milliseconds per task (on 2 cores the burst is CPU-bound: the two move together)."""
     import ray
 
     gc.collect()
@@ -68,10 +67,9 @@ def burst(fn, n: int, cpu_ms: list[float] | None = None) -> float:
     refs = [fn.remote(i) for i in range(n)]
     out = ray.get(refs)
     dt = time.perf_counter() - t0
-    if cpu_ms is not None:
-        cpu_ms.append((machine_cpu_s() - c0) * 1000 / n)
+    cpu_ms = (machine_cpu_s() - c0) * 1000 / n
     assert out == list(range(n)), "a burst lost or mixed up results"
-    return n / dt
+    return n / dt, cpu_ms
 
 
 def latencies(fn, n: int) -> list[float]:
@@ -114,20 +112,25 @@ def main(argv: list[str] | None = None) -> int:
         # warm both: workers started, functions exported, lease granted
         burst(plain, 200)
         burst(fabric_fn, 200)
+        kinds = [("plain", plain), ("adaptive", fabric_fn)]
+
+        def in_turn(r: int):  # the order flips every round, so neither kind always goes first
+            return kinds if r % 2 == 0 else kinds[::-1]
+
         rows: dict[tuple[str, int], list[float]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
         for size in sizes:
             for r in range(args.rounds):
-                order = [("plain", plain), ("adaptive", fabric_fn)] if r % 2 == 0 else [("adaptive", fabric_fn), ("plain", plain)]
-                for kind, fn in order:
+                for kind, fn in in_turn(r):
                     waited = settle(args.quiet_pct)
-                    rate = burst(fn, size, cpu.setdefault((kind, size), []))
+                    rate, cpu_ms = burst(fn, size)
                     rows.setdefault((kind, size), []).append(rate)
-                    print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s  {cpu[(kind, size)][-1]:5.2f} ms CPU/task  (settled {waited:.1f} s)",
+                    cpu.setdefault((kind, size), []).append(cpu_ms)
+                    print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s  {cpu_ms:5.2f} ms CPU/task  (settled {waited:.1f} s)",
                           file=sys.stderr)
         lat = {"plain": [], "adaptive": []}
         for r in range(2):
-            for kind, fn in ([("plain", plain), ("adaptive", fabric_fn)] if r == 0 else [("adaptive", fabric_fn), ("plain", plain)]):
+            for kind, fn in in_turn(r):
                 settle(args.quiet_pct)
                 lat[kind] += latencies(fn, args.latency_calls // 2)
         metrics = lf.handle.metrics()
