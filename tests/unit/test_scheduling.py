@@ -265,11 +265,3 @@ def test_lost_node_takes_its_lease_slots_with_it(core):
 def test_reported_calls_count_fallbacks(core):
     core.report_calls(placed=10, fallbacks=3)
     assert core.fallback_count == 3 and core.counters["calls_reported"] == 10
-
-
-def test_max_overlap_counts_calls_open_at_once():
-    from fabric.testing.spans import max_overlap, overlap_by_node
-
-    assert max_overlap([(0, 2), (1, 3), (2.5, 4)]) == 2
-    assert max_overlap([]) == 0
-    assert overlap_by_node([("a", 0, 1), ("a", 0.5, 2), ("b", 0, 1)]) == {"a": 2, "b": 1}
