@@ -79,11 +79,12 @@ class SchedulerActor:
                 asyncio.get_event_loop().create_task(self.feed.mark_draining(ins.node_id))
 
     # -- placement ------------------------------------------------------------------------------------
-    async def place_task(self, req: Requirement) -> NodeAssignment:
+    async def place_task(self, req: Requirement, release: list[str] = ()) -> NodeAssignment:
         """Place one call now (reserving a slot), or say it is deferred. ``CapacityError`` for a
-        hard requirement that no node serves."""
+        hard requirement that no node serves. ``release``: the caller's idle leases, given back first."""
         if not self._ready.is_set():
             await self._ready.wait()
+        self._end_leases(release)
         self._count("attempted")
         return self.core.place(req)
 
@@ -103,10 +104,13 @@ class SchedulerActor:
             self.core.cancel(request_id)
             raise
 
-    async def lease(self, lease_id: str, req: Requirement, holding: dict[str, int] | None = None, want: int = 64):
-        """Grant or renew a client's placement lease for ``req``'s class (the fast path)."""
+    async def lease(self, lease_id: str, req: Requirement, holding: dict[str, int] | None = None, want: int = 64,
+                    release: list[str] = ()):
+        """Grant or renew a client's placement lease for ``req``'s class (the fast path), after giving
+        back the client's idle leases (``release``)."""
         if not self._ready.is_set():
             await self._ready.wait()
+        self._end_leases(release)
         grant = self.core.lease(lease_id, req, holding, want)
         if not grant.slots and grant.spill is None and req.hard and not self.core.any_node_serves(req.min_tier, req.pool):
             raise CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
@@ -115,6 +119,10 @@ class SchedulerActor:
 
     def end_lease(self, lease_id: str) -> None:
         self._carry_out(self.core.end_lease(lease_id))
+
+    def _end_leases(self, lease_ids) -> None:
+        for lease_id in lease_ids:
+            self._carry_out(self.core.end_lease(lease_id))
 
     def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
         self.core.report_calls(placed, fallbacks)

@@ -254,13 +254,16 @@ class _Lease:
     used for at most one tick from the moment it was asked for."""
 
     __slots__ = ("lease_id", "grant", "expires", "renew_at", "renewal", "renewal_seq", "arrived_seq", "order", "capacity",
-                 "running", "finished", "bound", "spill", "lock", "peak", "spilled", "last_spill", "spill_seq",
-                 "last_spill_at", "done_seq", "armed_seq", "next_spill_check")
+                 "running", "finished", "in_flight", "bound", "spill", "lock", "peak", "spilled", "last_spill", "spill_seq",
+                 "last_spill_at", "done_seq", "armed_seq", "next_spill_check", "last_call_at")
 
     SPILL_CHECK_S = 0.01
     """How often, at most, a call looks whether this lease's spilled calls have all been taken."""
     RENEW_AT = 0.75
     """When, as a share of the tick, the next grant is asked for."""
+    IDLE_AFTER = 0.25
+    """A lease with nothing in flight and no call for this share of the tick is idle: the next
+    request this client makes to the scheduler gives it back (see ``idle``)."""
 
     def __init__(self, lease_id: str) -> None:
         self.lease_id = lease_id
@@ -282,6 +285,10 @@ class _Lease:
         self.finished: collections.deque = collections.deque()
         """Nodes whose calls finished, appended by completion callbacks on Ray's own threads (a
         deque append never blocks; taking ``lock`` there could deadlock against a submit)."""
+        self.in_flight: dict[int, Any] = {}
+        """The ObjectRefs of calls on leased slots, each dropped by its completion callback (so no
+        result is kept alive): what ``idle`` looks at when a callback is still on its way."""
+        self.last_call_at = 0.0
         self.peak = 0
         """Most of this client's calls in flight on leased slots at once since the last renewal."""
         self.spilled = 0
@@ -368,12 +375,41 @@ class _Lease:
         self.running[node] = k
         if k > self.peak:
             self.peak = k
-        ref._on_completed(lambda _result, node=node, done=self.finished.append: done(node))
+        key = id(ref)
+        self.in_flight[key] = ref
+        ref._on_completed(lambda _result, node=node, key=key, done=self.finished.append, drop=self.in_flight.pop:
+                          (done(node), drop(key, None)))
 
-    def ask_renewal(self, scheduler, req: "Requirement", now: float) -> None:
-        """Ask for the next grant (no waiting)."""
+    def idle(self, now: float) -> bool:
+        """Nothing of this client's runs or queues under the lease and no call came for
+        ``IDLE_AFTER`` of the tick: its slots only keep other classes off the best nodes. A
+        completion callback may lag behind the task by a few milliseconds, so calls still counted
+        in flight are looked at directly. A renewal on its way does not count: the scheduler takes
+        this client's requests in order, so giving the lease back drops that grant too."""
+        if self.grant is None:
+            return False
+        if now - self.last_call_at < self.IDLE_AFTER * self.grant.ttl_s:
+            return False
+        refs = list(self.in_flight.values())
+        if self.done_seq < self.spill_seq and self.last_spill is not None:
+            refs.append(self.last_spill)
+        return not refs or _all_finished(refs)
+
+    def forget(self) -> None:
+        """Let go of the grant (given back to the scheduler): the next call asks for a new one.
+        Callbacks still on their way land in the old bookkeeping, which is dropped."""
+        self.grant = self.renewal = None
+        self.expires = self.renew_at = 0.0
+        self.order, self.capacity, self.running = [], {}, {}
+        self.finished, self.in_flight = collections.deque(), {}
+        self.spill = self.last_spill = None
+        self.done_seq = self.armed_seq = self.spill_seq
+        self.peak = self.spilled = 0
+
+    def ask_renewal(self, scheduler, req: "Requirement", now: float, release: list[str]) -> None:
+        """Ask for the next grant (no waiting), giving back this client's idle leases (``release``)."""
         seq = self.renewal_seq = self.renewal_seq + 1
-        self.renewal = scheduler.lease.remote(self.lease_id, req, self.holding(), self.want())
+        self.renewal = scheduler.lease.remote(self.lease_id, req, self.holding(), self.want(), release)
         self.renew_at = now  # asked at: the grant will be used for one tick from here
         self.renewal._on_completed(lambda _result, seq=seq: setattr(self, "arrived_seq", seq))
 
@@ -415,6 +451,29 @@ def _finished(ref) -> bool:
     return bool(ready)
 
 
+def _all_finished(refs: list) -> bool:
+    """Whether every task of ``refs`` has finished (no waiting, nothing fetched)."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+    return len(ready) == len(refs)
+
+
+def _release_idle(conn: "_Connection", now: float, keep: "_Lease | None" = None) -> list[str]:
+    """Forget this client's idle leases (``keep`` aside) and say which, for the scheduler to take
+    their slots back: a class that stopped calling must not hold the best nodes against the next
+    class for the rest of its tick. A lease busy on another thread is left for next time."""
+    released = []
+    for lease in list(conn.leases.values()):
+        if lease is keep or lease.grant is None or not lease.lock.acquire(blocking=False):
+            continue
+        try:
+            if lease.idle(now):
+                lease.forget()
+                released.append(lease.lease_id)
+        finally:
+            lease.lock.release()
+    return released
+
+
 def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", now: float) -> _Lease:
     key = (req.class_key, af.dispatch.max_retries, af.task_name)
     lease = conn.leases.get(key)
@@ -423,7 +482,7 @@ def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", 
     if now >= lease.renew_at:
         with lease.lock:
             if lease.renewal is None and now >= lease.renew_at:
-                lease.ask_renewal(conn.scheduler, req, now)
+                lease.ask_renewal(conn.scheduler, req, now, _release_idle(conn, now, keep=lease))
             if lease.renewal is not None and (lease.renewal_arrived() or now >= lease.expires):
                 lease.take_renewal(remote_for(af.function, af._remote_cache),
                                    spill_remote_for(af.function, af._remote_cache, req.min_tier.rank, af.task_name),
@@ -445,6 +504,7 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
                 raise exc.cause from None
             raise
         with lease.lock:
+            lease.last_call_at = now
             where = lease.route(now, opts.on_no_capacity == "queue")
             if where == SPILL:
                 timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else conn.queue_timeout_s
@@ -461,7 +521,7 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
 def _submit_placed(conn, af: "AdaptiveFunction", req: "Requirement", opts, args: tuple, kwargs: dict):
     """The per-call path: the scheduler reserves a slot (or queues the call in the dispatcher)."""
     try:
-        assignment: NodeAssignment = ray.get(conn.scheduler.place_task.remote(req))
+        assignment: NodeAssignment = ray.get(conn.scheduler.place_task.remote(req, _release_idle(conn, time.monotonic())))
     except ray.exceptions.RayTaskError as exc:  # the actor raised: hand back our own error, clean
         if isinstance(exc.cause, CapacityError):
             raise exc.cause from None

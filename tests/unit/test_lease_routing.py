@@ -115,8 +115,8 @@ class FakeScheduler:
         self.refs: list[FakeRef] = []
         self.lease = self
 
-    def remote(self, lease_id, req, holding, want):
-        self.asked.append((lease_id, dict(holding), want))
+    def remote(self, lease_id, req, holding, want, release):
+        self.asked.append((lease_id, dict(holding), want, list(release)))
         ref = FakeRef()
         self.refs.append(ref)
         return ref
@@ -138,8 +138,8 @@ def renewing(monkeypatch):
 
     def fake_get(ref):
         if not ref.done:
-            waited.append(ref)
-        return grants[id(ref)]
+            waited.append(ref)  # not answered yet: the scheduler answers with one slot on A
+        return grants.get(id(ref)) or LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0)
 
     monkeypatch.setattr(dispatch.ray, "get", fake_get)
     conn = FakeConnection()
@@ -153,8 +153,8 @@ def renewing(monkeypatch):
     return conn, af, grant_next, waited
 
 
-def new_lease(conn: FakeConnection, af) -> _Lease:
-    lease = _Lease("client:0")
+def new_lease(conn: FakeConnection, af, lease_id: str = "client:0") -> _Lease:
+    lease = _Lease(lease_id)
     conn.leases[(af.requirement.class_key, af.dispatch.max_retries, af.task_name)] = lease
     return lease
 
@@ -162,7 +162,7 @@ def new_lease(conn: FakeConnection, af) -> _Lease:
 def first_grant(conn: FakeConnection, af, grant_next) -> _Lease:
     """A lease whose first call asked at 0.0 and got two slots on A (answered at once)."""
     lease = new_lease(conn, af)
-    lease.ask_renewal(conn.scheduler, af.requirement, 0.0)
+    lease.ask_renewal(conn.scheduler, af.requirement, 0.0, [])
     grant_next(LeaseSlot(A, 2))
     assert dispatch._lease_for(conn, af, af.requirement, 0.0) is lease
     return lease
@@ -208,8 +208,77 @@ def test_a_late_callback_of_an_earlier_renewal_does_not_pass_for_the_next_one(re
     conn, af, grant_next, waited = renewing
     scheduler, req = conn.scheduler, af.requirement
     lease = new_lease(conn, af)
-    lease.ask_renewal(scheduler, req, 0.0)
+    lease.ask_renewal(scheduler, req, 0.0, [])
     first = scheduler.refs[-1]
-    lease.ask_renewal(scheduler, req, 0.1)
+    lease.ask_renewal(scheduler, req, 0.1, [])
     first.finish()  # the earlier one's callback fires after the next was asked for
     assert not lease.renewal_arrived()
+
+
+# -- idle leases are given back: a class that stopped calling does not keep the best nodes ----------
+@pytest.fixture
+def two_classes(renewing, monkeypatch):
+    from fabric import adaptive
+
+    conn, af, grant_next, waited = renewing
+    monkeypatch.setattr(dispatch, "_all_finished", lambda refs: all(r.done for r in refs))
+    first = first_grant(conn, af, grant_next)
+    other = adaptive.remote(operation="vaapi_encode")(lambda x: x)
+    new_lease(conn, other, "client:1")
+    return conn, first, other, grant_next
+
+
+def ask_for_other(conn, other, grant_next, now: float) -> list[str]:
+    """The other class's first call: a grant asked for (and answered); what it gave back."""
+    lease = conn.leases[(other.requirement.class_key, other.dispatch.max_retries, other.task_name)]
+    lease.ask_renewal(conn.scheduler, other.requirement, now, dispatch._release_idle(conn, now, keep=lease))
+    grant_next(LeaseSlot(A, 1))
+    return conn.scheduler.asked[-1][3]
+
+
+def test_an_idle_lease_is_given_back_with_the_next_request_and_asks_anew_on_its_next_call(two_classes):
+    conn, first, other, grant_next = two_classes
+    first.last_call_at = 0.0
+    start(first, A).finish()
+    idle_from = _Lease.IDLE_AFTER * first.grant.ttl_s
+    assert ask_for_other(conn, other, grant_next, idle_from) == ["client:0"]
+    assert first.grant is None and first.route(idle_from, may_spill=True) is None  # nothing left to route to
+    assert first.renew_at == 0.0 and first.expires == 0.0  # its next call asks for a new grant and waits for it
+
+
+def test_a_lease_is_kept_while_a_call_runs_or_one_came_recently(two_classes):
+    conn, first, other, grant_next = two_classes
+    first.last_call_at = 0.0
+    running = start(first, A)
+    assert ask_for_other(conn, other, grant_next, 0.5) == []  # a call still runs on its slot
+    running.finish()
+    first.last_call_at = 0.45
+    assert ask_for_other(conn, other, grant_next, 0.5) == []  # called 50 ms ago: still in use
+    assert first.grant is not None
+
+
+def test_a_finished_call_whose_callback_lags_does_not_keep_the_lease(two_classes):
+    conn, first, other, grant_next = two_classes
+    first.last_call_at = 0.0
+    lagging = start(first, A)
+    lagging.done = True  # the task has finished; its completion callback has not been delivered
+    assert ask_for_other(conn, other, grant_next, 0.5) == ["client:0"]
+    lagging.finish()  # delivered late: lands in the forgotten bookkeeping, not the next grant's
+    first.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0), FakeRemote(), FakeRemote(), REQ, 3,
+                  "tiny", asked_at=1.0)
+    assert first.holding() == {} and first.route(1.0, may_spill=True) == A
+
+
+def test_spilled_calls_still_queued_keep_the_lease(two_classes):
+    conn, first, other, grant_next = two_classes
+    first.last_call_at = 0.0
+    first.spilled_call(FakeRef(), 0.0)
+    assert ask_for_other(conn, other, grant_next, 0.5) == []
+
+
+def test_a_renewal_on_its_way_does_not_keep_an_idle_lease(two_classes):
+    conn, first, other, grant_next = two_classes
+    first.last_call_at = 0.0
+    first.ask_renewal(conn.scheduler, REQ, 0.75, [])  # asked at RENEW_AT by its last call; never taken
+    assert ask_for_other(conn, other, grant_next, 1.0) == ["client:0"]
+    assert first.renewal is None and not first.renewal_arrived()
