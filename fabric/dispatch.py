@@ -481,6 +481,8 @@ def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", 
         lease = conn.leases.setdefault(key, _Lease(f"{conn.client_id}:{len(conn.leases)}"))
     if now >= lease.renew_at:
         with lease.lock:
+            if lease.renewal is not None and lease.grant is not None and now >= lease.renew_at + lease.grant.ttl_s:
+                lease.renewal = None  # asked a tick ago or more and never taken (no call since): too old to use
             if lease.renewal is None and now >= lease.renew_at:
                 lease.ask_renewal(conn.scheduler, req, now, _release_idle(conn, now, keep=lease))
             if lease.renewal is not None and (lease.renewal_arrived() or now >= lease.expires):

@@ -204,6 +204,17 @@ def test_a_call_waits_for_the_renewal_only_when_the_tick_has_run_out(renewing):
     assert waited == [pending] and lease.capacity == {B: 1}
 
 
+def test_a_renewal_asked_for_a_tick_ago_or_more_is_not_used(renewing):
+    conn, af, grant_next, waited = renewing
+    scheduler, req = conn.scheduler, af.requirement
+    lease = first_grant(conn, af, grant_next)
+    dispatch._lease_for(conn, af, req, 0.8)  # the burst's last call asks for the next grant...
+    grant_next(LeaseSlot(B, 1))  # ...which arrives, but no call comes to take it for a while
+    dispatch._lease_for(conn, af, req, 1.9)  # a cordon since then would not show in it
+    assert len(scheduler.asked) == 3 and waited == [scheduler.refs[-1]]  # asked anew and waited for
+    assert lease.renewal is None and lease.expires == pytest.approx(2.9) and lease.capacity == {A: 1}
+
+
 def test_a_late_callback_of_an_earlier_renewal_does_not_pass_for_the_next_one(renewing):
     conn, af, grant_next, waited = renewing
     scheduler, req = conn.scheduler, af.requirement
