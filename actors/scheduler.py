@@ -84,7 +84,8 @@ class SchedulerActor:
         hard requirement that no node serves. ``release``: the caller's idle leases, given back first."""
         if not self._ready.is_set():
             await self._ready.wait()
-        self._end_leases(release)
+        for lease_id in release:
+            self.end_lease(lease_id)
         self._count("attempted")
         return self.core.place(req)
 
@@ -110,7 +111,8 @@ class SchedulerActor:
         back the client's idle leases (``release``)."""
         if not self._ready.is_set():
             await self._ready.wait()
-        self._end_leases(release)
+        for lease_id in release:
+            self.end_lease(lease_id)
         grant = self.core.lease(lease_id, req, holding, want)
         if not grant.slots and grant.spill is None and req.hard and not self.core.any_node_serves(req.min_tier, req.pool):
             raise CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
@@ -119,10 +121,6 @@ class SchedulerActor:
 
     def end_lease(self, lease_id: str) -> None:
         self._carry_out(self.core.end_lease(lease_id))
-
-    def _end_leases(self, lease_ids) -> None:
-        for lease_id in lease_ids:
-            self._carry_out(self.core.end_lease(lease_id))
 
     def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
         self.core.report_calls(placed, fallbacks)
