@@ -91,6 +91,17 @@ def test_when_full_wait_keeps_a_burst_at_the_best_level(lf, names):
     assert set(got) <= {"gpu-cuda-workstation", "steamdeck-apu"}, got  # both serve the gpu_apu level
 
 
+def test_a_class_that_stopped_calling_does_not_keep_the_best_nodes_from_the_next(lf, names):
+    hog = adaptive.remote(min_tier="gpu_cuda", floor="cpu_ffmpeg")(span.function)  # a class of its own
+    ray.get([hog.remote(0.2) for _ in range(20)], timeout=180)
+    one_tick()
+    ray.get(hog.remote(), timeout=60)  # its next grant asks for what the burst used: every free slot in the floor
+    time.sleep(0.1)  # no call for a quarter of a tick: the lease is idle (its grant lives on for two ticks)
+    encode = adaptive.remote(operation="vaapi_encode")(span.function)
+    assert ran_on(lf, names, [encode.remote()]) == ["gpu-cuda-workstation"]
+    assert sum(r.running for r in lf.handle.nodes()) <= 1  # the idle lease was given back: one slot, encode's own
+
+
 def test_vaapi_encode_falls_back_tier_by_tier_to_cpu(lf, names):
     encode = adaptive.remote(operation="vaapi_encode")(span.function)
     h = lf.handle
