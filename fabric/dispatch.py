@@ -84,10 +84,11 @@ def wrap_for_spill(fn: Callable, min_rank: int, name: str) -> Callable:
     start past its queue deadline, and counts a fallback when its node is below ``min_rank``."""
 
     def run(__fabric_deadline, *args, **kwargs):
-        if time.time() > __fabric_deadline:
+        now = time.time()
+        if now > __fabric_deadline:
             raise CapacityError(f"{name}: queued past its queue timeout before a node inside its floor took it",
                                 reason="queue timeout")
-        _count_spill(min_rank)
+        _count_spill(min_rank, now)
         return fn(*args, **kwargs)
 
     run.__name__ = getattr(fn, "__name__", "adaptive_task")
@@ -95,14 +96,45 @@ def wrap_for_spill(fn: Callable, min_rank: int, name: str) -> Callable:
     return run
 
 
-_spill_counts = {"placed": 0, "fallbacks": 0}
+class SpillCounts:
+    """A worker's spilled calls (and fallbacks among them) not yet reported to the scheduler.
+
+    Every report is an actor call, which costs this machine about a third of a tiny task's CPU,
+    so a worker reports once it has gone quiet (no spilled call for ``QUIET_S``: the burst is
+    over, and the counters are current soon after ``ray.get`` returns), and during a long burst
+    every ``EVERY_S``."""
+
+    QUIET_S = 0.05
+    EVERY_S = 2.0
+
+    def __init__(self) -> None:
+        self.placed = self.fallbacks = 0
+        self.first = self.last = 0.0
+
+    def count(self, fallback: bool, now: float) -> None:
+        if not self.placed:
+            self.first = now
+        self.placed += 1
+        self.fallbacks += fallback
+        self.last = now
+
+    def take(self, now: float) -> tuple[int, int] | None:
+        """What to report now, if anything (and forget it)."""
+        if not self.placed or (now - self.last < self.QUIET_S and now - self.first < self.EVERY_S):
+            return None
+        out = (self.placed, self.fallbacks)
+        self.placed = self.fallbacks = 0
+        return out
+
+
+_spill_counts = SpillCounts()
 _spill_flusher: threading.Thread | None = None
 _node_rank: int | None = None
 
 
-def _count_spill(min_rank: int) -> None:
-    """Count a spilled call (and a fallback when this node is below ``min_rank``); a daemon thread
-    reports the counts to the scheduler in batches."""
+def _count_spill(min_rank: int, now: float) -> None:
+    """Count a spilled call (a fallback when this node is below ``min_rank``); a daemon thread
+    reports the counts to the scheduler (see ``SpillCounts``)."""
     global _spill_flusher, _node_rank
     if _node_rank is None:
         try:
@@ -110,9 +142,7 @@ def _count_spill(min_rank: int) -> None:
         except Exception:
             _node_rank = 0
     with _worker_lock:
-        _spill_counts["placed"] += 1
-        if _node_rank < min_rank:
-            _spill_counts["fallbacks"] += 1
+        _spill_counts.count(_node_rank < min_rank, now)
         if _spill_flusher is None:
             _spill_flusher = threading.Thread(target=_flush_spill_counts, name="fabric-spill-counts", daemon=True)
             _spill_flusher.start()
@@ -121,15 +151,14 @@ def _count_spill(min_rank: int) -> None:
 def _flush_spill_counts() -> None:
     global _worker_scheduler
     while True:
-        time.sleep(0.5)
+        time.sleep(SpillCounts.QUIET_S)
         with _worker_lock:
-            placed, fallbacks = _spill_counts["placed"], _spill_counts["fallbacks"]
-            _spill_counts["placed"] = _spill_counts["fallbacks"] = 0
-        if placed or fallbacks:
+            report = _spill_counts.take(time.time())
+        if report is not None:
             try:
                 if _worker_scheduler is None:
                     _worker_scheduler = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
-                _worker_scheduler.report_calls.remote(placed, fallbacks)
+                _worker_scheduler.report_calls.remote(*report)
             except Exception:
                 _worker_scheduler = None
 

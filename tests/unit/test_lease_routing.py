@@ -293,3 +293,27 @@ def test_a_renewal_on_its_way_does_not_keep_an_idle_lease(two_classes):
     first.ask_renewal(conn.scheduler, REQ, 0.75, [])  # asked at RENEW_AT by its last call; never taken
     assert ask_for_other(conn, other, grant_next, 1.0) == ["client:0"]
     assert first.renewal is None and not first.renewal_arrived()
+
+
+# -- a worker's spilled-call counts reach the scheduler when it goes quiet, and every EVERY_S ------
+def test_spill_counts_are_reported_once_the_worker_goes_quiet():
+    c = dispatch.SpillCounts()
+    assert c.take(0.0) is None  # nothing counted: nothing to send
+    c.count(False, 0.0)
+    c.count(True, 0.01)
+    assert c.take(0.01 + c.QUIET_S / 2) is None  # calls still coming: no actor call per spilled call
+    assert c.take(0.01 + c.QUIET_S) == (2, 1)
+    assert c.take(1.0) is None  # reported once
+
+
+def test_spill_counts_are_reported_during_a_long_burst_every_few_seconds():
+    c = dispatch.SpillCounts()
+    t = 0.0
+    while t < c.EVERY_S:
+        c.count(False, t)
+        assert c.take(t) is None
+        t += 0.01
+    c.count(False, t)
+    assert c.take(t) == (round(t / 0.01) + 1, 0)
+    c.count(False, t + 0.01)
+    assert c.take(t + 0.01) is None  # the next batch starts its own EVERY_S
