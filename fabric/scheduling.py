@@ -153,7 +153,7 @@ class SchedulerCore:
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
             "placements_deferred": 0, "queue_expired": 0, "released": 0, "fallbacks": 0,
             "nodes_joined": 0, "nodes_lost": 0, "work_lost_with_node": 0, "select_worker_calls": 0,
-            "leases_granted": 0, "leases_expired": 0, "calls_reported": 0,
+            "leases_granted": 0, "leases_expired": 0, "calls_reported": 0, "call_reports": 0,
         }
 
     # -- reading ------------------------------------------------------------------------------
@@ -264,6 +264,7 @@ class SchedulerCore:
     def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
         """Calls clients placed under their leases since their last report (seed 002's counters)."""
         self.counters["calls_reported"] += placed
+        self.counters["call_reports"] += 1
         self.counters["fallbacks"] += fallbacks
 
     def spill_selector(self, req: Requirement) -> dict[str, str] | None:
