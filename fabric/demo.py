@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import fabric
     from fabric import adaptive
+    from fabric.dispatch import SpillCounts
     from fabric.testing import LocalFabric
 
     t0 = time.time()
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    the next call went to {name_of.get(first['node_id']) or fleet_maps()[1].get(first['node_id'])}")
                 tier_of, name_of = fleet_maps()
             results = run_burst(transcode, clip_ref, args.tasks, "transcodes", maybe_kill)
+            time.sleep(SpillCounts.QUIET_S + 2 * SpillCounts.POLL_S)  # the workers' last fallback reports arrive
             t2, n2 = fleet_maps()
             tier_of.update(t2)
             name_of.update(n2)
