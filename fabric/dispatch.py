@@ -102,7 +102,8 @@ class SpillCounts:
     Every report is an actor call, which costs this machine about a third of a tiny task's CPU,
     so a worker reports once it has gone quiet (no spilled call for ``QUIET_S``: the burst is
     over), and during a long burst every ``EVERY_S``. Under load a worker often waits 50 ms or
-    more between two calls of one burst: a shorter ``QUIET_S`` reported every tenth call."""
+    more between two calls of one burst: with a 50 ms ``QUIET_S``, workers sent one report for
+    every eleven calls."""
 
     QUIET_S = 0.5
     EVERY_S = 2.0
