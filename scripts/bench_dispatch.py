@@ -57,6 +57,63 @@ def settle(quiet_pct: float, max_s: float = 20.0) -> float:
     return time.perf_counter() - t0
 
 
+def process_role(proc, driver_pid: int) -> str | None:
+    """What a process on this machine is to the cluster (None: not part of it)."""
+    if proc.pid == driver_pid:
+        return "driver"
+    try:
+        name, cmd = proc.name(), proc.cmdline()
+    except Exception:  # gone, or not ours to read
+        return None
+    if name in ("raylet", "gcs_server"):
+        return name
+    title = cmd[0] if cmd else ""
+    if title.startswith("ray::"):  # a worker process: an actor's, or one that runs tasks
+        actor = title[5:].split(".")[0].split(" ")[0]
+        if actor.endswith("Agent"):
+            return "dashboard, agents, monitors"
+        return "task workers" if actor in ("IDLE", "tiny", "run") else actor
+    text = " ".join(cmd)
+    if "default_worker.py" in text:
+        return "task workers"
+    if "dashboard" in text or "agent" in text or "log_monitor" in text or "monitor.py" in text:
+        return "dashboard, agents, monitors"
+    return None
+
+
+class ProcessCPU:
+    """CPU seconds per cluster process role, between two snapshots (a role is fixed the first time
+    a process is seen: a worker's title changes with the task it runs)."""
+
+    def __init__(self) -> None:
+        self.roles: dict[int, str | None] = {}
+        self.driver = os.getpid()
+
+    def snapshot(self) -> dict[int, tuple[str, float]]:
+        import psutil
+
+        out = {}
+        for proc in psutil.process_iter():
+            if proc.pid not in self.roles:
+                self.roles[proc.pid] = process_role(proc, self.driver)
+            role = self.roles[proc.pid]
+            if role is None:
+                continue
+            try:
+                t = proc.cpu_times()
+            except Exception:
+                continue
+            out[proc.pid] = (role, t.user + t.system)
+        return out
+
+    @staticmethod
+    def per_role(before: dict, after: dict) -> dict[str, float]:
+        spent: dict[str, float] = {}
+        for pid, (role, cpu_s) in after.items():
+            spent[role] = spent.get(role, 0.0) + cpu_s - before.get(pid, (role, 0.0))[1]
+        return spent
+
+
 def burst(fn, n: int) -> tuple[float, float]:
     """Submit ``n`` calls, then wait for all; returns tasks per second and the machine's CPU
     milliseconds per task (on 2 cores the burst is CPU-bound: the two move together)."""
@@ -97,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-pct", type=float, default=25.0,
                         help="before each burst, wait until the machine's CPU use is under this percent (default 25)")
     parser.add_argument("--latency-calls", type=int, default=300, help="single calls for p50/p99 (default 300)")
+    parser.add_argument("--by-process", action="store_true",
+                        help="also report CPU per task by process role (driver, raylet, GCS, workers, the fabric's actors)")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
 
@@ -119,11 +178,17 @@ def main(argv: list[str] | None = None) -> int:
 
         rows: dict[tuple[str, int], list[float]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
+        by_role: dict[tuple[str, str], list[float]] = {}  # (kind, role) -> CPU ms per task, biggest burst only
+        procs = ProcessCPU() if args.by_process else None
         for size in sizes:
             for r in range(args.rounds):
                 for kind, fn in in_turn(r):
                     waited = settle(args.quiet_pct)
+                    before = procs.snapshot() if procs and size == max(sizes) else None
                     rate, cpu_ms = burst(fn, size)
+                    if before is not None:
+                        for role, spent in ProcessCPU.per_role(before, procs.snapshot()).items():
+                            by_role.setdefault((kind, role), []).append(spent * 1000 / size)
                     rows.setdefault((kind, size), []).append(rate)
                     cpu.setdefault((kind, size), []).append(cpu_ms)
                     print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s  {cpu_ms:5.2f} ms CPU/task  (settled {waited:.1f} s)",
@@ -152,6 +217,15 @@ def main(argv: list[str] | None = None) -> int:
         cp, ca = statistics.median(cpu[("plain", size)]), statistics.median(cpu[("adaptive", size)])
         print(f"{size:>8}  {cp:>27.2f}  {ca:>8.2f}  {ca / cp:>6.2f}")
         result["sizes"][str(size)].update({"plain_cpu_ms_per_task": round(cp, 3), "adaptive_cpu_ms_per_task": round(ca, 3)})
+    if by_role:
+        big = max(sizes)
+        print(f"\n{'CPU ms/task by process, ' + str(big) + '-task bursts':>44}  {'plain':>7}  {'adaptive':>8}  {'diff':>7}")
+        result["by_process"] = {}
+        for role in sorted({r for _, r in by_role}):
+            cp = statistics.median(by_role.get(("plain", role), [0.0]))
+            ca = statistics.median(by_role.get(("adaptive", role), [0.0]))
+            print(f"{role:>44}  {cp:>7.3f}  {ca:>8.3f}  {ca - cp:>+7.3f}")
+            result["by_process"][role] = {"plain_cpu_ms_per_task": round(cp, 3), "adaptive_cpu_ms_per_task": round(ca, 3)}
     p50p, p50a = statistics.median(lat["plain"]), statistics.median(lat["adaptive"])
     p99p, p99a = pct(lat["plain"], 0.99), pct(lat["adaptive"], 0.99)
     print(f"\n{'single call':>12}  {'p50 ms':>7}  {'p99 ms':>7}")

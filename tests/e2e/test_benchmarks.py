@@ -25,7 +25,7 @@ def run_script(*args: str, timeout: float = 600) -> str:
 
 def test_bench_dispatch_prints_its_table_and_json_object():
     text = run_script("scripts/bench_dispatch.py", "--sizes", "20,60", "--rounds", "2", "--latency-calls", "8",
-                      "--quiet-pct", "100", "--json")
+                      "--quiet-pct", "100", "--by-process", "--json")
     result = json.loads(text.strip().splitlines()[-1])
     for key in ("plain_tasks_per_s", "adaptive_tasks_per_s", "throughput_ratio", "plain_p50_ms", "adaptive_p50_ms",
                 "added_p50_ms"):
@@ -36,6 +36,9 @@ def test_bench_dispatch_prints_its_table_and_json_object():
     assert set(result["sizes"]) == {"20", "60"} and len(result["sizes"]["60"]["paired_ratios"]) == 2
     assert result["leases_granted"] >= 1  # the adaptive calls took the lease path
     assert "paired ratios" in text and "single call" in text
+    roles = result["by_process"]  # --by-process: CPU per task of each part of the cluster, both kinds
+    assert {"driver", "raylet", "gcs_server", "task workers", "SchedulerActor"} <= set(roles), roles
+    assert roles["driver"]["plain_cpu_ms_per_task"] > 0 and roles["driver"]["adaptive_cpu_ms_per_task"] > 0
 
 
 def test_bench_placement_prints_one_json_object_per_fleet_size():
