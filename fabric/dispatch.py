@@ -374,7 +374,7 @@ class _Lease:
             if self.armed_seq != seq:
                 self.armed_seq = seq
                 ref._on_completed(lambda _result, seq=seq: self._spill_done(seq))
-            if self.done_seq < seq and now - self.last_spill_at >= self.SPILL_CHECK_S and _finished(ref):
+            if self.done_seq < seq and now - self.last_spill_at >= self.SPILL_CHECK_S and _all_finished([ref]):
                 self._spill_done(seq)
             if self.done_seq < seq:
                 return False
@@ -474,12 +474,6 @@ class _Lease:
 
 SPILL = "spill"
 """``_Lease.route``'s answer for "Ray's queue for the floor set" (node ids are hex, never this)."""
-
-
-def _finished(ref) -> bool:
-    """Whether ``ref``'s task has finished (no waiting, nothing fetched)."""
-    ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
-    return bool(ready)
 
 
 def _all_finished(refs: list) -> bool:

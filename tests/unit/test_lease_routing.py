@@ -36,7 +36,7 @@ class FakeRef:
 
 @pytest.fixture
 def lease(monkeypatch) -> _Lease:
-    monkeypatch.setattr(dispatch, "_finished", lambda ref: ref.done)  # what ray.wait(timeout=0) says
+    monkeypatch.setattr(dispatch, "_all_finished", lambda refs: all(r.done for r in refs))  # what ray.wait(timeout=0) says
     lease = _Lease("client:0")
     grant = LeaseGrant("client:0", (LeaseSlot(A, 1), LeaseSlot(B, 1)), SELECTOR, 1.0)
     lease.install(grant, FakeRemote(), FakeRemote(), REQ, 3, "tiny", asked_at=0.0)
