@@ -99,7 +99,6 @@ def _snapshot_devices(pynvml: Any) -> dict[str, Any]:
     return out
 
 
-
 def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """GPU descriptions (dicts of ``fabric.GpuInfo`` fields plus ``pci_bus_id``) and notes from an
     NVML snapshot; anything malformed is skipped, never raised."""
