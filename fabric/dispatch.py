@@ -275,9 +275,11 @@ class _Lease:
 
     Calls go to the leased nodes in the engine's order while a node has room for one more of this
     client's calls in flight; a finished call frees its room through a completion callback on its
-    ObjectRef (no polling, no round trip). Past the slots, calls go to the spill selector and Ray
-    queues them in this process until a node inside the floor frees a slot; while spilled calls
-    still queue, new ones queue behind them (see ``spill_queue_empty``).
+    ObjectRef (no polling, no round trip). Past the slots, calls go to the spill selector with a
+    soft affinity to the grant's ``spill_via`` node that spills when it is busy (see
+    ``SchedulerCore.spill_target``): Ray queues them in this process, its lease requests wait in
+    that node's raylet, and each call runs on whichever node inside the floor frees a slot first;
+    while spilled calls still queue, new ones queue behind them (see ``spill_queue_empty``).
 
     Renewed every health tick, so a cordoned, drained or lost node stops receiving new calls within
     one tick: the next grant is asked for at ``RENEW_AT`` of the tick, without waiting, and taken
@@ -467,7 +469,11 @@ class _Lease:
         self.bound = {n: self.bound.get(n) or rf.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=True),
                                                           label_selector=floor_sel, **base)
                       for n in self.order}
-        self.spill = spill_rf.options(label_selector=grant.spill, **base) if grant.spill else None
+        self.spill = None
+        if grant.spill:
+            via = {} if grant.spill_via is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(
+                grant.spill_via, soft=True, _spill_on_unavailable=True)}
+            self.spill = spill_rf.options(label_selector=grant.spill, **via, **base)
         self.peak = 0
         self.spilled = 0
 

@@ -43,6 +43,28 @@ def lease(monkeypatch) -> _Lease:
     return lease
 
 
+class RecordingRemote:
+    def __init__(self) -> None:
+        self.options_seen: list[dict] = []
+
+    def options(self, **kwargs):
+        self.options_seen.append(kwargs)
+        return self
+
+
+def test_spilled_calls_go_to_the_grants_spill_node_and_move_on_when_it_is_busy():
+    spill_rf = RecordingRemote()
+    lease = _Lease("client:0")
+    lease.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0, spill_via=B), FakeRemote(), spill_rf, REQ, 3,
+                  "tiny", asked_at=0.0)
+    opts = spill_rf.options_seen[-1]
+    assert opts["label_selector"] == SELECTOR and opts["resources"] == {"fabric.slots": 1}
+    strategy = opts["scheduling_strategy"]
+    assert (strategy.node_id, strategy.soft, strategy._spill_on_unavailable) == (B, True, True)
+    lease.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0), FakeRemote(), spill_rf, REQ, 3, "tiny", asked_at=0.0)
+    assert "scheduling_strategy" not in spill_rf.options_seen[-1]  # no spill node named: the selector alone
+
+
 def start(lease: _Lease, node: str) -> FakeRef:
     ref = FakeRef()
     lease.started(node, ref)

@@ -236,15 +236,31 @@ def test_cordoned_node_gets_no_new_lease_slots_and_leaves_the_spill_set(core):
 
 
 def test_spill_selector_respects_floor_wait_and_what_labels_cannot_say(core):
-    assert core.spill_selector(APU_DOWN_TO_CPU) == {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"}
+    def selector(req):
+        return core.spill_target(req)[0]
+
+    assert selector(APU_DOWN_TO_CPU) == {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"}
     wait = APU_DOWN_TO_CPU.replace(when_full="wait")
-    assert core.spill_selector(wait) == {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu)"}
-    assert core.spill_selector(APU_DOWN_TO_CPU.replace(ports=("1935/tcp",))) is None
-    assert core.spill_selector(APU_DOWN_TO_CPU.replace(capabilities=("arch:aarch64",))) is None
+    assert selector(wait) == {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu)"}
+    assert selector(APU_DOWN_TO_CPU.replace(ports=("1935/tcp",))) is None
+    assert selector(APU_DOWN_TO_CPU.replace(capabilities=("arch:aarch64",))) is None
     core.node_lost("cuda")
-    assert core.spill_selector(Requirement(min_tier="gpu_cuda", fallback=False)) is None  # nothing left to spill to
+    assert selector(Requirement(min_tier="gpu_cuda", fallback=False)) is None  # nothing left to spill to
     core.node_changed("apu", tier=ComputeTier.CPU_FFMPEG)  # demoted below the wait level: excluded there
-    assert core.spill_selector(wait) is None
+    assert selector(wait) is None
+
+
+def test_spilled_calls_go_first_to_the_node_the_tier_preference_ranks_first(core):
+    assert core.spill_target(APU_DOWN_TO_CPU)[1] == "cuda"
+    assert core.lease("c1", APU_DOWN_TO_CPU, want=1).spill_via == "cuda"
+    # the lowest tier that serves the preferred level, not the floor
+    assert core.spill_target(APU_DOWN_TO_CPU.replace(prefer="lowest"))[1] == "apu"
+    core.cordon("cuda")
+    selector, via = core.spill_target(APU_DOWN_TO_CPU)
+    assert via == "apu" and selector["ray.io/node-id"] == "!in(cuda)"  # never a node the selector leaves out
+    core.node_lost("apu")
+    assert core.spill_target(APU_DOWN_TO_CPU)[1] == "cpu"
+    assert core.spill_target(APU_DOWN_TO_CPU.replace(ports=("1935/tcp",))) == (None, None)
 
 
 def test_unrenewed_lease_is_taken_back_and_the_queue_drains(core, clock):
