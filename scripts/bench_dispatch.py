@@ -13,7 +13,8 @@ Bursts of 1,000 and 10,000 (submit all, then ``ray.get``), and single-call laten
 wait for it) p50/p99. Prints a table; with ``--json`` a final JSON object with
 ``plain_tasks_per_s``, ``adaptive_tasks_per_s``, ``throughput_ratio`` (10,000-task bursts),
 ``plain_p50_ms``, ``adaptive_p50_ms``, ``added_p50_ms`` and the rest of the measurements
-(``paired_ratio_median``: the median over rounds of adaptive/plain within a round).
+(``paired_ratio_median``: the median over rounds of adaptive/plain within a round; per burst
+size, the worker-lease requests the driver sent per task, from the event stats Ray logs).
 """
 
 from __future__ import annotations
@@ -129,6 +130,15 @@ def burst(fn, n: int) -> tuple[float, float]:
     return n / dt, cpu_ms
 
 
+def lease_requests() -> int | None:
+    """Worker-lease requests this process has sent so far, from the first event-stats block Ray
+    logs after now (None when it logs none)."""
+    from fabric.testing.raystats import LEASE_REQUESTS, rpc_counts
+
+    counts = rpc_counts()
+    return None if counts is None else counts.get(LEASE_REQUESTS, 0)
+
+
 def latencies(fn, n: int) -> list[float]:
     import ray
 
@@ -164,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     from fabric import adaptive
     from fabric.testing import LocalFabric
 
-    with LocalFabric(PROFILES, max_slots=2, timeout_s=120) as lf:
+    # Ray logs each process's RPC counts every second: the lease requests per task come from there
+    with LocalFabric(PROFILES, max_slots=2, timeout_s=120, system_config={"event_stats_print_interval_ms": 1000}) as lf:
         plain = ray.remote(tiny).options(label_selector={"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"},
                                          resources={"fabric.slots": 1}, num_cpus=1)
         fabric_fn = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(tiny)
@@ -178,21 +189,28 @@ def main(argv: list[str] | None = None) -> int:
 
         rows: dict[tuple[str, int], list[float]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
+        lease_rows: dict[tuple[str, int], list[float]] = {}
         by_role: dict[tuple[str, str], list[float]] = {}  # (kind, role) -> CPU ms per task, biggest burst only
         procs = ProcessCPU() if args.by_process else None
         for size in sizes:
             for r in range(args.rounds):
                 for kind, fn in in_turn(r):
                     waited = settle(args.quiet_pct)
+                    leases_before = lease_requests()
                     before = procs.snapshot() if procs and size == max(sizes) else None
                     rate, cpu_ms = burst(fn, size)
                     if before is not None:
                         for role, spent in ProcessCPU.per_role(before, procs.snapshot()).items():
                             by_role.setdefault((kind, role), []).append(spent * 1000 / size)
+                    leases_after = lease_requests()
+                    leases = None if leases_before is None or leases_after is None else (leases_after - leases_before) / size
                     rows.setdefault((kind, size), []).append(rate)
                     cpu.setdefault((kind, size), []).append(cpu_ms)
-                    print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s  {cpu_ms:5.2f} ms CPU/task  (settled {waited:.1f} s)",
-                          file=sys.stderr)
+                    if leases is not None:
+                        lease_rows.setdefault((kind, size), []).append(leases)
+                    shown = "" if leases is None else f"  {leases:6.2f} lease requests/task"
+                    print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s  {cpu_ms:5.2f} ms CPU/task{shown}"
+                          f"  (settled {waited:.1f} s)", file=sys.stderr)
         lat = {"plain": [], "adaptive": []}
         for r in range(2):
             for kind, fn in in_turn(r):
@@ -217,6 +235,14 @@ def main(argv: list[str] | None = None) -> int:
         cp, ca = statistics.median(cpu[("plain", size)]), statistics.median(cpu[("adaptive", size)])
         print(f"{size:>8}  {cp:>27.2f}  {ca:>8.2f}  {ca / cp:>6.2f}")
         result["sizes"][str(size)].update({"plain_cpu_ms_per_task": round(cp, 3), "adaptive_cpu_ms_per_task": round(ca, 3)})
+    if lease_rows:
+        print(f"\n{'burst':>8}  {'worker-lease requests/task: plain':>34}  {'adaptive':>8}")
+        for size in sizes:
+            lp, la = lease_rows.get(("plain", size)), lease_rows.get(("adaptive", size))
+            if lp and la:
+                print(f"{size:>8}  {statistics.median(lp):>34.2f}  {statistics.median(la):>8.2f}")
+                result["sizes"][str(size)].update({"plain_lease_requests_per_task": round(statistics.median(lp), 3),
+                                                   "adaptive_lease_requests_per_task": round(statistics.median(la), 3)})
     if by_role:
         big = max(sizes)
         print(f"\n{'CPU ms/task by process, ' + str(big) + '-task bursts':>44}  {'plain':>7}  {'adaptive':>8}  {'diff':>7}")
