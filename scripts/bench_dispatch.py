@@ -7,7 +7,11 @@ alternating the two kinds so both see the same machine load:
 (a) plain ``@ray.remote`` tiny tasks with the equivalent label selector (every tier inside the
     floor) and one ``fabric.slots`` each;
 (b) ``@adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")`` tiny tasks: the same nodes
-    are eligible, the fabric decides where.
+    are eligible, the fabric decides where;
+(c) "shaped": plain ``@ray.remote`` tiny tasks given the options the fabric gives a burst's
+    spilled calls (the selector, plus a soft affinity to the best node that spills when it is
+    busy). Against (a) the fabric's ratio shows what a user gains; against (c), what the fabric
+    itself costs on top of those Ray options.
 
 Bursts of 1,000 and 10,000 (submit all, then ``ray.get``), and single-call latency (submit one,
 wait for it) p50/p99. Prints a table; with ``--json`` a final JSON object with
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
     parser.add_argument("--rounds", type=int, default=4,
-                        help="rounds per burst size; each runs both kinds, the order flipping every round (default 4)")
+                        help="rounds per burst size; each runs every kind, the order turning every round (default 4)")
     parser.add_argument("--sizes", default="1000,10000", help="burst sizes (default 1000,10000)")
     parser.add_argument("--quiet-pct", type=float, default=25.0,
                         help="before each burst, wait until the machine's CPU use is under this percent (default 25)")
@@ -176,16 +180,20 @@ def main(argv: list[str] | None = None) -> int:
 
     # Ray logs each process's RPC counts every second: the lease requests per task come from there
     with LocalFabric(PROFILES, max_slots=2, timeout_s=120, system_config={"event_stats_print_interval_ms": 1000}) as lf:
-        plain = ray.remote(tiny).options(label_selector={"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"},
-                                         resources={"fabric.slots": 1}, num_cpus=1)
-        fabric_fn = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(tiny)
-        # warm both: workers started, functions exported, lease granted
-        burst(plain, 200)
-        burst(fabric_fn, 200)
-        kinds = [("plain", plain), ("adaptive", fabric_fn)]
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        def in_turn(r: int):  # the order flips every round, so neither kind always goes first
-            return kinds if r % 2 == 0 else kinds[::-1]
+        floor = {"label_selector": {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"},
+                 "resources": {"fabric.slots": 1}, "num_cpus": 1}
+        plain = ray.remote(tiny).options(**floor)
+        fabric_fn = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(tiny)
+        best = NodeAffinitySchedulingStrategy(lf.node("gpu-cuda-workstation").node_id, soft=True, _spill_on_unavailable=True)
+        shaped = ray.remote(tiny).options(scheduling_strategy=best, **floor)
+        kinds = [("plain", plain), ("adaptive", fabric_fn), ("shaped", shaped)]
+        for _, fn in kinds:  # warm each: workers started, functions exported, lease granted
+            burst(fn, 200)
+
+        def in_turn(r: int, among=kinds):  # the order turns every round, so no kind always goes first
+            return among[r % len(among):] + among[:r % len(among)]
 
         rows: dict[tuple[str, int], list[float]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
@@ -213,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"  (settled {waited:.1f} s)", file=sys.stderr)
         lat = {"plain": [], "adaptive": []}
         for r in range(2):
-            for kind, fn in in_turn(r):
+            for kind, fn in in_turn(r, kinds[:2]):
                 settle(args.quiet_pct)
                 lat[kind] += latencies(fn, args.latency_calls // 2)
         metrics = lf.handle.metrics()
@@ -230,19 +238,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{size:>8}  {p:>14.0f}  {a:>16.0f}  {a / p:>6.2f}  {pm:>15.2f} ({min(paired):.2f}-{max(paired):.2f})")
         result["sizes"][str(size)] = {"plain_tasks_per_s": round(p), "adaptive_tasks_per_s": round(a), "ratio": round(a / p, 3),
                                       "paired_ratio_median": round(pm, 3), "paired_ratios": [round(x, 3) for x in paired]}
-    print(f"\n{'burst':>8}  {'machine CPU ms/task: plain':>27}  {'adaptive':>8}  {'ratio':>6}")
+    print(f"\n{'burst':>8}  {'shaped tasks/s':>14}  {'adaptive/shaped':>16}  {'paired: median (min-max)':>25}")
     for size in sizes:
-        cp, ca = statistics.median(cpu[("plain", size)]), statistics.median(cpu[("adaptive", size)])
-        print(f"{size:>8}  {cp:>27.2f}  {ca:>8.2f}  {ca / cp:>6.2f}")
-        result["sizes"][str(size)].update({"plain_cpu_ms_per_task": round(cp, 3), "adaptive_cpu_ms_per_task": round(ca, 3)})
-    if lease_rows:
-        print(f"\n{'burst':>8}  {'worker-lease requests/task: plain':>34}  {'adaptive':>8}")
+        sh, a = statistics.median(rows[("shaped", size)]), statistics.median(rows[("adaptive", size)])
+        paired = [ra / rs for ra, rs in zip(rows[("adaptive", size)], rows[("shaped", size)])]
+        pm = statistics.median(paired)
+        print(f"{size:>8}  {sh:>14.0f}  {a / sh:>16.2f}  {pm:>8.2f} ({min(paired):.2f}-{max(paired):.2f})")
+        result["sizes"][str(size)].update({"shaped_tasks_per_s": round(sh), "ratio_to_shaped": round(a / sh, 3),
+                                           "paired_ratio_to_shaped_median": round(pm, 3)})
+    print(f"\n{'burst':>8}  {'machine CPU ms/task: plain':>27}  {'adaptive':>8}  {'shaped':>7}")
+    for size in sizes:
+        got = {kind: statistics.median(cpu[(kind, size)]) for kind, _ in kinds}
+        print(f"{size:>8}  {got['plain']:>27.2f}  {got['adaptive']:>8.2f}  {got['shaped']:>7.2f}")
+        result["sizes"][str(size)].update({f"{kind}_cpu_ms_per_task": round(v, 3) for kind, v in got.items()})
+    if all(lease_rows.get((kind, size)) for kind, _ in kinds for size in sizes):
+        print(f"\n{'burst':>8}  {'worker-lease requests/task: plain':>34}  {'adaptive':>8}  {'shaped':>7}")
         for size in sizes:
-            lp, la = lease_rows.get(("plain", size)), lease_rows.get(("adaptive", size))
-            if lp and la:
-                print(f"{size:>8}  {statistics.median(lp):>34.2f}  {statistics.median(la):>8.2f}")
-                result["sizes"][str(size)].update({"plain_lease_requests_per_task": round(statistics.median(lp), 3),
-                                                   "adaptive_lease_requests_per_task": round(statistics.median(la), 3)})
+            got = {kind: statistics.median(lease_rows[(kind, size)]) for kind, _ in kinds}
+            print(f"{size:>8}  {got['plain']:>34.2f}  {got['adaptive']:>8.2f}  {got['shaped']:>7.2f}")
+            result["sizes"][str(size)].update({f"{kind}_lease_requests_per_task": round(v, 3) for kind, v in got.items()})
     if by_role:
         big = max(sizes)
         print(f"\n{'CPU ms/task by process, ' + str(big) + '-task bursts':>44}  {'plain':>7}  {'adaptive':>8}  {'diff':>7}")
@@ -264,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         "plain_tasks_per_s": result["sizes"][big]["plain_tasks_per_s"],
         "adaptive_tasks_per_s": result["sizes"][big]["adaptive_tasks_per_s"],
         "throughput_ratio": result["sizes"][big]["ratio"],
+        "shaped_tasks_per_s": result["sizes"][big]["shaped_tasks_per_s"],
+        "ratio_to_shaped": result["sizes"][big]["ratio_to_shaped"],
         "paired_ratio_median": result["sizes"][big]["paired_ratio_median"],
         "plain_p50_ms": round(p50p, 3), "adaptive_p50_ms": round(p50a, 3), "added_p50_ms": round(p50a - p50p, 3),
         "plain_p99_ms": round(p99p, 3), "adaptive_p99_ms": round(p99a, 3),
