@@ -282,7 +282,8 @@ class SchedulerCore:
         Ray runs it there when a slot is free, else on any node of the selector, and the caller's
         lease requests wait in that node's raylet. With the selector alone, a caller on a node
         that cannot run the call (a head without slots) has its lease requests refused and sends
-        them again: 3 to 10 per call during a burst on Ray 2.60, at 60% of the speed (README)."""
+        them again: 6 to 10 per call during a burst on Ray 2.60, which ran at 35-50% of the speed
+        (README, "How a call is dispatched")."""
         if req.ports or req.exclusive or req.num_gpus or req.capabilities or req.num_cores or req.gpu_model:
             return None, None
         if req.pool is not None and req.pool != self.fleet.default_pool:

@@ -259,13 +259,14 @@ def main(argv: list[str] | None = None) -> int:
             result["sizes"][str(size)].update({f"{kind}_lease_requests_per_task": round(v, 3) for kind, v in got.items()})
     if by_role:
         big = max(sizes)
-        print(f"\n{'CPU ms/task by process, ' + str(big) + '-task bursts':>44}  {'plain':>7}  {'adaptive':>8}  {'diff':>7}")
+        print(f"\n{'CPU ms/task by process, ' + str(big) + '-task bursts':>44}  {'plain':>7}  {'adaptive':>8}  {'shaped':>7}"
+              f"  {'adaptive-shaped':>15}")
         result["by_process"] = {}
         for role in sorted({r for _, r in by_role}):
-            cp = statistics.median(by_role.get(("plain", role), [0.0]))
-            ca = statistics.median(by_role.get(("adaptive", role), [0.0]))
-            print(f"{role:>44}  {cp:>7.3f}  {ca:>8.3f}  {ca - cp:>+7.3f}")
-            result["by_process"][role] = {"plain_cpu_ms_per_task": round(cp, 3), "adaptive_cpu_ms_per_task": round(ca, 3)}
+            got = {kind: statistics.median(by_role.get((kind, role), [0.0])) for kind, _ in kinds}
+            print(f"{role:>44}  {got['plain']:>7.3f}  {got['adaptive']:>8.3f}  {got['shaped']:>7.3f}"
+                  f"  {got['adaptive'] - got['shaped']:>+15.3f}")
+            result["by_process"][role] = {f"{kind}_cpu_ms_per_task": round(v, 3) for kind, v in got.items()}
     p50p, p50a = statistics.median(lat["plain"]), statistics.median(lat["adaptive"])
     p99p, p99a = pct(lat["plain"], 0.99), pct(lat["adaptive"], 0.99)
     print(f"\n{'single call':>12}  {'p50 ms':>7}  {'p99 ms':>7}")
