@@ -27,3 +27,6 @@ def test_demo_runs_three_phases_and_loses_nothing():
     assert text.count("lost: 0") == 3 and "36 calls, 0 lost" in text
     assert "gpu_cuda    gpu-cuda-workstation" in text  # the best tier did work
     assert "edge-relay" not in text.split("phase 1")[1]  # below the floor: never used
+    rejoined = text.split("phase 3")[1]  # absorbed at once: not held by flap damping, best tier first
+    assert "rejoined and absorbed" in rejoined and "the next call went to gpu-cuda-workstation" in rejoined
+    assert "gpu_cuda    gpu-cuda-workstation" in rejoined
