@@ -166,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 lf.add_node("gpu-cuda-workstation")  # returns once the registry holds it
                 sched = ray.get_actor("fabric.scheduler", namespace="fabric")
                 lf.wait_until(lambda: ray.get(sched.sync_now.remote()) == len(DEMO_PROFILES), "the scheduler to see the rejoined node")
-                held = [r for r in handle.nodes() if r.name == "gpu-cuda-workstation" and r.flap_held]
-                if held:
+                if any(r.name == "gpu-cuda-workstation" and r.flap_held for r in handle.nodes()):
                     until = handle.health()["flaps"]["gpu-cuda-workstation"]["held_until"]
                     print(f"    gpu-cuda-workstation rejoined, but flap damping holds it off placement for {until - time.time():.0f}s")
                 else:

@@ -2,7 +2,7 @@
 """Dispatch speed: ``@adaptive.remote`` against plain ``@ray.remote`` on the same local fleet.
 
 One ``LocalFabric`` (4 nodes: workstation, Steam Deck, CPU box, relay), in the same run,
-alternating the two kinds so both see the same machine load:
+the three kinds taking turns so all see the same machine load:
 
 (a) plain ``@ray.remote`` tiny tasks with the equivalent label selector (every tier inside the
     floor) and one ``fabric.slots`` each;
