@@ -226,23 +226,24 @@ def main(argv: list[str] | None = None) -> int:
                 lat[kind] += latencies(fn, args.latency_calls // 2)
         metrics = lf.handle.metrics()
 
+    def against(base: str, size: int) -> tuple[float, float, list[float], float]:
+        """The base kind's median rate, adaptive's, and adaptive/base within each round (each
+        round's adaptive burst against the base burst next to it in time: drift over the run, as
+        the cluster ages, cancels within a pair) with their median."""
+        paired = [ra / rb for ra, rb in zip(rows[("adaptive", size)], rows[(base, size)])]
+        return (statistics.median(rows[(base, size)]), statistics.median(rows[("adaptive", size)]), paired,
+                statistics.median(paired))
+
     print(f"\n{'burst':>8}  {'plain tasks/s':>14}  {'adaptive tasks/s':>16}  {'ratio':>6}  {'paired ratios: median (min-max)':>32}")
     result: dict = {"sizes": {}}
     for size in sizes:
-        p = statistics.median(rows[("plain", size)])
-        a = statistics.median(rows[("adaptive", size)])
-        # each round's adaptive burst against the plain burst next to it in time: drift over the
-        # run (both kinds slow down as the cluster ages) cancels within a pair
-        paired = [ra / rp for ra, rp in zip(rows[("adaptive", size)], rows[("plain", size)])]
-        pm = statistics.median(paired)
+        p, a, paired, pm = against("plain", size)
         print(f"{size:>8}  {p:>14.0f}  {a:>16.0f}  {a / p:>6.2f}  {pm:>15.2f} ({min(paired):.2f}-{max(paired):.2f})")
         result["sizes"][str(size)] = {"plain_tasks_per_s": round(p), "adaptive_tasks_per_s": round(a), "ratio": round(a / p, 3),
                                       "paired_ratio_median": round(pm, 3), "paired_ratios": [round(x, 3) for x in paired]}
     print(f"\n{'burst':>8}  {'shaped tasks/s':>14}  {'adaptive/shaped':>16}  {'paired: median (min-max)':>25}")
     for size in sizes:
-        sh, a = statistics.median(rows[("shaped", size)]), statistics.median(rows[("adaptive", size)])
-        paired = [ra / rs for ra, rs in zip(rows[("adaptive", size)], rows[("shaped", size)])]
-        pm = statistics.median(paired)
+        sh, a, paired, pm = against("shaped", size)
         print(f"{size:>8}  {sh:>14.0f}  {a / sh:>16.2f}  {pm:>8.2f} ({min(paired):.2f}-{max(paired):.2f})")
         result["sizes"][str(size)].update({"shaped_tasks_per_s": round(sh), "ratio_to_shaped": round(a / sh, 3),
                                            "paired_ratio_to_shaped_median": round(pm, 3)})
