@@ -46,14 +46,14 @@ def driver_log() -> str | None:
     return found[0] if found else None
 
 
-def rpc_counts(after: float | None = None, timeout_s: float = 5.0) -> dict[str, int] | None:
-    """This process's RPC counts from the first event-stats block written after ``after`` (a
-    Unix time; default: now), waiting for it up to ``timeout_s``. None when Ray does not write
-    them (the print interval is off, or longer than the wait)."""
+def rpc_counts(timeout_s: float = 5.0) -> dict[str, int] | None:
+    """This process's RPC counts from the first event-stats block written from now on, waiting
+    for it up to ``timeout_s``. None when Ray does not write them (the print interval is off, or
+    longer than the wait)."""
     path = driver_log()
     if path is None:
         return None
-    after = time.time() if after is None else after
+    after = time.time()
     deadline = time.monotonic() + timeout_s
     while True:
         with open(path, errors="replace") as f:
