@@ -77,13 +77,16 @@ class GpuInfo(_Model):
     mig_mode: bool | None = None
     """NVIDIA MIG mode enabled (None when not supported or unknown)."""
     encoders: tuple[str, ...] = ()
-    """Codecs this device can encode in hardware (``h264``, ``hevc``, ``av1``...): NVENC or VA-API."""
+    """Codecs this device can encode in hardware (``h264``, ``hevc``, ``av1``...): NVENC or VA-API,
+    each proven by a one-frame test encode (NVML's capacity or vainfo's entrypoints alone are not)."""
     encoder_capacity: dict[str, int] = Field(default_factory=dict)
     """NVML encoder capacity per codec (percent of one engine), when NVML reports it."""
     decoders: tuple[str, ...] = ()
     """Codecs this device can decode in hardware."""
     vaapi_profiles: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    """VA-API profile -> entrypoints, as vainfo/libva lists them (empty when VA-API is absent)."""
+    """VA-API profile -> entrypoints, as vainfo/libva lists them (empty when VA-API is absent),
+    less every encode entrypoint whose codec no test encode proved: the probe keeps an encode
+    entrypoint only for a codec in ``encoders`` (listing is not having)."""
     vaapi_driver: str | None = None
     """VA-API driver version string."""
     render_node: str | None = None
@@ -172,6 +175,10 @@ class NodeCapabilities(_Model):
     """Declared roles (``relay``, ``batch``, ``wasm``, ``dsp``, ``esp32``, ``ethernet``): a role names
     a tier the hardware alone cannot show; ``relay`` also caps the node at the relay tier."""
     limitations: Limitations = Field(default_factory=Limitations)
+    unserved: dict[ComputeTier, str] = Field(default_factory=dict)
+    """Tier -> why this node does not serve it (``gpu_vaapi``: ``VA-API encode not proven: no
+    ffmpeg``), best tier first, for the hardware-decided tiers the probe can explain; never a tier
+    in ``tiers``. For people and ``fabric probe``; placement reads ``tiers`` only."""
     source: str = "live"
     """``live`` or the recording (profile) this was read from."""
 
@@ -330,6 +337,8 @@ def classify(caps: NodeCapabilities) -> tuple[ComputeTier, ...]:
     - ``gpu_cuda``: an NVIDIA GPU that NVML enumerated (CUDA usable).
     - ``gpu_vaapi``: a discrete AMD/Intel GPU whose VA-API offers hardware encode.
     - ``gpu_apu``: an integrated AMD/Intel GPU whose VA-API offers hardware encode.
+      (The probe leaves an encode entrypoint in ``vaapi_profiles`` only where a one-frame test
+      encode on that GPU's render node proved it, so vainfo's listing alone makes neither tier.)
     - ``cpu_ffmpeg``: a general-purpose node (>= 2 usable CPUs, >= 2 GiB) that can run CPU encode work.
     - ``batch``/``ethernet``/``wasm``/``dsp``/``esp32``: declared by role; the hardware cannot show them.
     - ``framebuffer``: a ``/dev/fb0`` is present.

@@ -142,3 +142,14 @@ def test_label_value_edges():
     assert label_value("") == "unknown"
     assert label_value("--a--") == "a"
     assert len(label_value("x" * 200)) == 63
+
+
+def test_unserved_reasons_round_trip_by_tier_name():
+    n = node(unserved={"gpu_vaapi": "VA-API encode not proven: no ffmpeg"})
+    assert n.unserved == {ComputeTier.GPU_VAAPI: "VA-API encode not proven: no ffmpeg"}
+    data = n.model_dump(mode="json")
+    assert data["unserved"] == {"gpu_vaapi": "VA-API encode not proven: no ffmpeg"}
+    assert NodeCapabilities.model_validate(data) == n and node().unserved == {}
+    with pytest.raises(ValidationError) as exc:
+        node(unserved={"gpu_warp": "no such tier"})
+    assert any(loc.startswith("unserved") for loc in field_of(exc.value))
