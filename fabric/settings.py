@@ -8,8 +8,9 @@ pool ``default`` with one fixed pool tier holding every node, SQLite store, seed
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -22,6 +23,9 @@ NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+_M = TypeVar("_M", bound=_Model)
 
 
 def _tier(v: Any) -> ComputeTier:
@@ -233,7 +237,11 @@ class FabricSettings(_Model):
     # -- construction at the edge --------------------------------------------------------
     @classmethod
     def load(cls, data: "dict[str, Any] | FabricSettings | None" = None) -> "FabricSettings":
-        """Validate ``data``; ``SettingsError`` lists every problem (structure first, then meaning)."""
+        """Validate ``data``; ``SettingsError`` lists every problem: the structural ones (a bad
+        literal, a wrong type, an unknown field) and the semantic ones of ``problems()`` together.
+        When the structure is invalid the semantic checks run over the pieces that are valid on
+        their own (each pool, pool tier, operation, hot-spare entry, the health timings), with the
+        paths those pieces have in ``data``."""
         if data is None:
             data = {}
         if isinstance(data, FabricSettings):
@@ -243,7 +251,7 @@ class FabricSettings(_Model):
         try:
             settings = cls.model_validate(data)
         except ValidationError as exc:
-            raise SettingsError(_problems_from(exc)) from None
+            raise SettingsError(_problems_from(exc) + _semantic_problems(_pieces_of_raw(data))) from None
         problems = settings.problems()
         if problems:
             raise SettingsError(problems)
@@ -251,7 +259,7 @@ class FabricSettings(_Model):
 
     @classmethod
     def from_yaml(cls, path: "str | Path") -> "FabricSettings":
-        """Read and validate a YAML settings file."""
+        """Read and validate a YAML settings file (every problem at once, as ``load``)."""
         import yaml  # only needed at this edge
 
         p = Path(path)
@@ -268,54 +276,13 @@ class FabricSettings(_Model):
     def problems(self) -> list[SettingsProblem]:
         """Every semantic problem (structure is already valid): duplicates, unknown references,
         floors above their min tier, impossible pool tiers."""
-        out: list[SettingsProblem] = []
-        pool_names: set[str] = set()
-        for i, pool in enumerate(self.pools):
-            if pool.name in pool_names:
-                out.append(SettingsProblem("duplicate_pool", f"pools.{i}.name", f"pool {pool.name!r} is defined twice"))
-            pool_names.add(pool.name)
-            tier_names: set[str] = set()
-            fixed = 0
-            for j, pt in enumerate(pool.tiers):
-                path = f"pools.{i}.tiers.{j}"
-                if pt.name in tier_names:
-                    out.append(SettingsProblem("duplicate_pool_tier", f"{path}.name", f"pool tier {pt.name!r} appears twice in pool {pool.name!r}"))
-                tier_names.add(pt.name)
-                if pt.scale_out == "fixed":
-                    fixed += 1
-                    if pt.candidate_shapes:
-                        out.append(SettingsProblem("shapes_on_fixed", f"{path}.candidate_shapes", "a fixed pool tier cannot provision; remove its candidate shapes or make it elastic"))
-                else:
-                    if not pt.candidate_shapes:
-                        out.append(SettingsProblem("elastic_without_shapes", f"{path}.candidate_shapes", "an elastic pool tier needs at least one candidate shape"))
-                    if pt.provider == "static":
-                        out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local' or 'ray-autoscaler'"))
-                if pt.launch_mode == "spot" and pt.reliability == "durable":
-                    out.append(SettingsProblem("spot_durable", f"{path}.reliability", "spot capacity cannot be durable"))
-            if fixed > 1:
-                out.append(SettingsProblem("multiple_fixed_tiers", f"pools.{i}.tiers", f"pool {pool.name!r} has {fixed} fixed pool tiers; at most one"))
-        for name, op in self.operations.items():
-            path = f"operations.{name}"
-            if op.floor is not None and op.floor > op.min_tier:
-                out.append(SettingsProblem("floor_above_min_tier", f"{path}.floor", f"floor {op.floor} is above min_tier {op.min_tier}"))
-            if op.floor is not None and not op.fallback and op.floor != op.min_tier:
-                out.append(SettingsProblem("floor_without_fallback", f"{path}.floor", "a hard operation (fallback: false) cannot have a lower floor"))
-            if op.pool is not None and op.pool not in pool_names:
-                out.append(SettingsProblem("unknown_pool", f"{path}.pool", f"unknown pool {op.pool!r}; pools: {sorted(pool_names)}"))
-        seen_spare_pools: set[str] = set()
-        for k, hs in enumerate(self.hot_spares):
-            path = f"hot_spares.{k}"
-            if hs.pool not in pool_names:
-                out.append(SettingsProblem("unknown_pool", f"{path}.pool", f"unknown pool {hs.pool!r}; pools: {sorted(pool_names)}"))
-            elif hs.pool in seen_spare_pools:
-                out.append(SettingsProblem("duplicate_hot_spare_pool", f"{path}.pool", f"pool {hs.pool!r} has two hot-spare entries; one per pool"))
-            seen_spare_pools.add(hs.pool)
-            if hs.exclusive and not hs.reserved_for:
-                out.append(SettingsProblem("exclusive_without_reservation", f"{path}.exclusive", "exclusive spares need reserved_for templates"))
-        h = self.health
-        if h.offline_after_s < h.heartbeat_interval_s:
-            out.append(SettingsProblem("offline_before_heartbeat", "health.offline_after_s", f"offline_after_s ({h.offline_after_s}) is shorter than one heartbeat ({h.heartbeat_interval_s})"))
-        return out
+        return _semantic_problems(_Pieces(
+            pools=[(i, p.name, list(enumerate(p.tiers))) for i, p in enumerate(self.pools)],
+            pool_names_known=True,
+            operations=list(self.operations.items()),
+            hot_spares=list(enumerate(self.hot_spares)),
+            health=self.health,
+        ))
 
     # -- lookups ---------------------------------------------------------------------------
     @property
@@ -337,6 +304,120 @@ class FabricSettings(_Model):
             return self.operations[name]
         except KeyError:
             raise KeyError(f"unknown operation {name!r}; operations: {sorted(self.operations)}") from None
+
+
+# -- semantic checks, over whole settings or over the valid pieces of invalid ones ----------------------
+@dataclass
+class _Pieces:
+    """What the semantic checks look at, each piece with its index (or key) in the document."""
+
+    pools: list[tuple[int, str | None, list[tuple[int, PoolTier]]]]
+    """(index, name or None when unreadable, the valid pool tiers with their indices)."""
+    pool_names_known: bool
+    """Every pool's name is known: only then can a reference to a pool be called unknown."""
+    operations: list[tuple[str, OperationSpec]]
+    hot_spares: list[tuple[int, HotSpareSettings]]
+    health: HealthSettings | None
+
+
+def _semantic_problems(pieces: _Pieces) -> list[SettingsProblem]:
+    out: list[SettingsProblem] = []
+    pool_names: set[str] = set()
+    for i, name, tiers in pieces.pools:
+        if name is not None:
+            if name in pool_names:
+                out.append(SettingsProblem("duplicate_pool", f"pools.{i}.name", f"pool {name!r} is defined twice"))
+            pool_names.add(name)
+        out += _pool_tier_problems(i, name, tiers)
+    known = sorted(pool_names)
+    for name, op in pieces.operations:
+        path = f"operations.{name}"
+        if op.floor is not None and op.floor > op.min_tier:
+            out.append(SettingsProblem("floor_above_min_tier", f"{path}.floor", f"floor {op.floor} is above min_tier {op.min_tier}"))
+        if op.floor is not None and not op.fallback and op.floor != op.min_tier:
+            out.append(SettingsProblem("floor_without_fallback", f"{path}.floor", "a hard operation (fallback: false) cannot have a lower floor"))
+        if pieces.pool_names_known and op.pool is not None and op.pool not in pool_names:
+            out.append(SettingsProblem("unknown_pool", f"{path}.pool", f"unknown pool {op.pool!r}; pools: {known}"))
+    seen_spare_pools: set[str] = set()
+    for k, hs in pieces.hot_spares:
+        path = f"hot_spares.{k}"
+        if pieces.pool_names_known and hs.pool not in pool_names:
+            out.append(SettingsProblem("unknown_pool", f"{path}.pool", f"unknown pool {hs.pool!r}; pools: {known}"))
+        elif hs.pool in seen_spare_pools:
+            out.append(SettingsProblem("duplicate_hot_spare_pool", f"{path}.pool", f"pool {hs.pool!r} has two hot-spare entries; one per pool"))
+        seen_spare_pools.add(hs.pool)
+        if hs.exclusive and not hs.reserved_for:
+            out.append(SettingsProblem("exclusive_without_reservation", f"{path}.exclusive", "exclusive spares need reserved_for templates"))
+    h = pieces.health
+    if h is not None and h.offline_after_s < h.heartbeat_interval_s:
+        out.append(SettingsProblem("offline_before_heartbeat", "health.offline_after_s", f"offline_after_s ({h.offline_after_s}) is shorter than one heartbeat ({h.heartbeat_interval_s})"))
+    return out
+
+
+def _pool_tier_problems(i: int, pool_name: str | None, tiers: list[tuple[int, PoolTier]]) -> list[SettingsProblem]:
+    out: list[SettingsProblem] = []
+    shown = repr(pool_name) if pool_name is not None else f"#{i}"
+    tier_names: set[str] = set()
+    fixed = 0
+    for j, pt in tiers:
+        path = f"pools.{i}.tiers.{j}"
+        if pt.name in tier_names:
+            out.append(SettingsProblem("duplicate_pool_tier", f"{path}.name", f"pool tier {pt.name!r} appears twice in pool {shown}"))
+        tier_names.add(pt.name)
+        if pt.scale_out == "fixed":
+            fixed += 1
+            if pt.candidate_shapes:
+                out.append(SettingsProblem("shapes_on_fixed", f"{path}.candidate_shapes", "a fixed pool tier cannot provision; remove its candidate shapes or make it elastic"))
+        else:
+            if not pt.candidate_shapes:
+                out.append(SettingsProblem("elastic_without_shapes", f"{path}.candidate_shapes", "an elastic pool tier needs at least one candidate shape"))
+            if pt.provider == "static":
+                out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local' or 'ray-autoscaler'"))
+        if pt.launch_mode == "spot" and pt.reliability == "durable":
+            out.append(SettingsProblem("spot_durable", f"{path}.reliability", "spot capacity cannot be durable"))
+    if fixed > 1:
+        out.append(SettingsProblem("multiple_fixed_tiers", f"pools.{i}.tiers", f"pool {shown} has {fixed} fixed pool tiers; at most one"))
+    return out
+
+
+def _valid(model: type[_M], raw: Any) -> _M | None:
+    """``raw`` as ``model``, or None when it is not valid (its problems are reported structurally)."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def _pieces_of_raw(data: dict[str, Any]) -> _Pieces:
+    """The independently valid pieces of a settings document whose whole failed to validate.
+    A missing section stands for its default; a section of the wrong shape contributes nothing."""
+    fields = FabricSettings.model_fields
+    raw_pools = data.get("pools", [p.model_dump() for p in fields["pools"].default])
+    pools: list[tuple[int, str | None, list[tuple[int, PoolTier]]]] = []
+    names_known = isinstance(raw_pools, (list, tuple))
+    for i, raw in enumerate(raw_pools if names_known else ()):
+        if not isinstance(raw, dict):
+            names_known = False
+            continue
+        # the name alone, checked by the field itself: a pool whose tiers are wrong still has a name
+        named = _valid(Pool, {"name": raw["name"]}) if "name" in raw else None
+        if named is None:
+            names_known = False
+        raw_tiers = raw.get("tiers", [t.model_dump() for t in Pool.model_fields["tiers"].default])
+        tiers = [(j, tier) for j, raw_tier in enumerate(raw_tiers if isinstance(raw_tiers, (list, tuple)) else ())
+                 if (tier := _valid(PoolTier, raw_tier)) is not None]
+        pools.append((i, named.name if named is not None else None, tiers))
+    if "operations" not in data:
+        operations = list(_default_operations().items())
+    else:
+        raw_ops = data["operations"]
+        operations = [(str(k), op) for k, v in (raw_ops.items() if isinstance(raw_ops, dict) else ())
+                      if (op := _valid(OperationSpec, v)) is not None]
+    raw_spares = data.get("hot_spares", ())
+    hot_spares = [(k, hs) for k, v in enumerate(raw_spares if isinstance(raw_spares, (list, tuple)) else ())
+                  if (hs := _valid(HotSpareSettings, v)) is not None]
+    health = _valid(HealthSettings, data.get("health", {}))
+    return _Pieces(pools=pools, pool_names_known=names_known, operations=operations, hot_spares=hot_spares, health=health)
 
 
 def _problems_from(exc: ValidationError) -> list[SettingsProblem]:

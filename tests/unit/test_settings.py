@@ -138,3 +138,69 @@ def test_every_field_is_documented():
     models = [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == mod.__name__ and not v.__name__.startswith("_")]
     undocumented = [f"{m.__name__}.{n}" for m in models for n, f in m.model_fields.items() if not f.description]
     assert undocumented == []
+
+
+# -- structural and semantic problems in one report (issue 11) ------------------------------------------
+def test_structural_and_semantic_problems_are_reported_together(tmp_path):
+    f = tmp_path / "fabric.yaml"
+    f.write_text(
+        "pools:\n"
+        "  - name: a\n"
+        "    tiers: [{name: x, packing: sideways}]\n"
+        "  - name: a\n"
+        "operations:\n"
+        "  enc: {min_tier: cpu_ffmpeg, pool: ghost}\n"
+    )
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.from_yaml(f)
+    assert sorted(codes(exc.value)) == [
+        ("duplicate_pool", "pools.1.name"),
+        ("literal_error", "pools.0.tiers.0.packing"),
+        ("unknown_pool", "operations.enc.pool"),
+    ]
+    assert all(p.message for p in exc.value.problems)
+
+
+def test_semantic_checks_over_valid_pieces_keep_their_original_paths():
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({
+            "pools": [
+                {"name": "bad", "tiers": [{"name": "t", "scale_out": "sideways"}]},
+                {"name": "ok"},
+                {"name": "two", "tiers": [{"name": "x"}, {"name": 5}, {"name": "x"}]},
+            ],
+            "operations": {"broken": {"min_tier": "gpu_nope"}, "inverted": {"min_tier": "cpu_ffmpeg", "floor": "gpu_cuda"}},
+            "hot_spares": [{"pool": "ok", "target_count": -1}, {"pool": "ghost"}, {"pool": "ok", "exclusive": True}],
+            "health": {"heartbeat_interval_s": 30, "offline_after_s": 10},
+        })
+    got = codes(exc.value)
+    assert ("literal_error", "pools.0.tiers.0.scale_out") in got
+    assert ("string_type", "pools.2.tiers.1.name") in got
+    assert ("duplicate_pool_tier", "pools.2.tiers.2.name") in got  # index 2 in the document, not 1 among the valid ones
+    assert ("multiple_fixed_tiers", "pools.2.tiers") in got
+    assert ("floor_above_min_tier", "operations.inverted.floor") in got
+    assert any(path == "operations.broken.min_tier" for _, path in got)
+    assert ("greater_than_equal", "hot_spares.0.target_count") in got
+    assert ("unknown_pool", "hot_spares.1.pool") in got
+    assert ("exclusive_without_reservation", "hot_spares.2.exclusive") in got
+    assert ("offline_before_heartbeat", "health.offline_after_s") in got
+    # hot_spares.2 is the first *valid* entry for pool "ok": not a duplicate
+    assert ("duplicate_hot_spare_pool", "hot_spares.2.pool") not in got
+
+
+def test_a_pool_whose_name_cannot_be_read_makes_no_reference_unknown():
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({
+            "pools": [{"name": 7}, {"name": "b"}],
+            "operations": {"enc": {"pool": "maybe-7"}},
+            "hot_spares": [{"pool": "maybe-7"}],
+        })
+    got = codes(exc.value)
+    assert [path for _, path in got] == ["pools.0.name"]  # pool 0 could be anything: no false unknown_pool
+
+
+def test_missing_sections_stand_for_their_defaults_beside_a_structural_problem():
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({"queue_timeout_s": -1, "hot_spares": [{"pool": "default"}, {"pool": "nope"}]})
+    assert sorted(codes(exc.value)) == [("greater_than", "queue_timeout_s"), ("unknown_pool", "hot_spares.1.pool")]
+
