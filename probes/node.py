@@ -3,10 +3,13 @@
 The parsers each own one source; this module only wires them together and settles the cases
 that need two sources at once: an NVIDIA render node is matched to its NVML device by PCI
 address; a hardware encoder counts only when ffmpeg's one-frame test encode proved it (NVENC
-via NVML's encoder capacity *and* the test; VA-API via vainfo's entrypoints *and* the test), and
-a VA-API device whose every test encode failed is treated as decode-only, so it gives no VA-API
-tier it could not serve. Anything missing, unreadable or malformed is absent, with a note in
-``limitations.notes`` where a person would want to know why.
+via NVML's encoder capacity *and* the test; VA-API via vainfo's entrypoints *and* the test on
+that GPU's render node). No test, a failed test or no ffmpeg at all proves nothing: the codec
+is not in the GPU's ``encoders`` and its encode entrypoints leave ``vaapi_profiles``, so a GPU
+with no proven VA-API encode is decode-only and gives no VA-API tier it could not serve (API.md
+§ Probing: listing an encoder is not having it). Anything missing, unreadable or malformed is
+absent, with a note in ``limitations.notes`` where a person would want to know why, and every
+explained tier the node does not serve gets its reason in ``unserved`` (``probes.unserved``).
 """
 
 from __future__ import annotations
@@ -25,14 +28,15 @@ from fabric.capabilities import (
 )
 from fabric.settings import FabricSettings
 from probes.drm import AMD_APU_IDS, RenderNode, read_render_nodes, same_pci_address
-from probes.ffmpeg import TestEncode, encoders_to_test, failure_reason, parse_encoders, parse_version
+from probes.ffmpeg import TIMED_OUT, TestEncode, encoders_to_test, failure_reason, parse_encoders, parse_version
 from probes.framebuffer import parse_framebuffer
 from probes.nvml import parse_nvml
 from probes.sources import LiveSources, Sources
 from probes.storage import parse_storage
 from probes.system import parse_system
 from probes.tailnet import parse_tailscale
-from probes.vaapi import ENCODE_ENTRYPOINTS, VaInfo, model_from_driver, parse_vainfo
+from probes.unserved import explain_unserved
+from probes.vaapi import ENCODE_ENTRYPOINTS, VaInfo, codec_of_profile, model_from_driver, parse_vainfo
 
 __all__ = ["probe_node", "apply_settings"]
 
@@ -80,7 +84,8 @@ def probe_node(
     notes += facts.notes
     storage = _guard("storage", notes, lambda: parse_storage(facts.disks, src.read_file, src.resolve_link), [])
 
-    nvml_gpus, nvml_notes = _guard("nvml", notes, lambda: parse_nvml(src.nvml()), ([], []))
+    nvml_raw = _guard("nvml", notes, src.nvml, None)
+    nvml_gpus, nvml_notes = _guard("nvml", notes, lambda: parse_nvml(nvml_raw), ([], []))
     notes += nvml_notes
     nodes = _guard("drm", notes, lambda: read_render_nodes(src.list_dir, src.read_file, src.resolve_link), [])
     vainfos: dict[str, VaInfo] = {
@@ -91,7 +96,8 @@ def probe_node(
     # The VA-API encoders are tested on the first AMD/Intel device whose driver offers encode.
     vaapi_node = next((n for n in nodes if n.vendor not in (None, GpuVendor.NVIDIA) and vainfos[n.name].encodes), None)
     ffmpeg, tests = _guard("ffmpeg", notes, lambda: _probe_ffmpeg(src, vaapi_node, notes), (FfmpegInfo(), {}))
-    gpus = _guard("gpus", notes, lambda: _assemble_gpus(nvml_gpus, nodes, vainfos, tests, vaapi_node, notes), [])
+    gpus, vaapi_reasons = _guard(
+        "gpus", notes, lambda: _assemble_gpus(nvml_gpus, nodes, vainfos, ffmpeg, tests, vaapi_node, notes), ([], {}))
     framebuffer = _guard("framebuffer", notes, lambda: parse_framebuffer(src.list_dir, src.read_file), None)
     tailnet = _guard("tailnet", notes, lambda: parse_tailscale(src.tailscale_status()), None)
     notes += list(getattr(src, "problems", []) or [])
@@ -107,7 +113,9 @@ def probe_node(
         ffmpeg=ffmpeg, framebuffer=framebuffer, tailnet=tailnet, roles=all_roles, source=src.label,
     )
     slots = max_concurrent_tasks or derive_max_concurrent_tasks(caps.cpu_usable, caps.tiers)
-    return caps.model_copy(update={"limitations": Limitations(max_concurrent_tasks=slots, notes=tuple(dict.fromkeys(notes)))})
+    unserved = _guard("unserved", notes, lambda: explain_unserved(caps, cuda=_cuda_reason(nvml_raw, nodes), vaapi=vaapi_reasons), {})
+    limitations = Limitations(max_concurrent_tasks=slots, notes=tuple(dict.fromkeys(notes)))
+    return caps.model_copy(update={"limitations": limitations, "unserved": unserved})
 
 
 def apply_settings(caps: NodeCapabilities, settings: FabricSettings) -> NodeCapabilities:
@@ -146,10 +154,12 @@ def _probe_ffmpeg(src: Sources, vaapi_node: RenderNode | None, notes: list[str])
 
 # -- GPUs --------------------------------------------------------------------------------------
 def _assemble_gpus(
-    nvml_gpus: list[dict[str, Any]], nodes: list[RenderNode], vainfos: dict[str, VaInfo],
+    nvml_gpus: list[dict[str, Any]], nodes: list[RenderNode], vainfos: dict[str, VaInfo], ffmpeg: FfmpegInfo,
     tests: dict[str, TestEncode], vaapi_node: RenderNode | None, notes: list[str],
-) -> list[GpuInfo]:
+) -> tuple[list[GpuInfo], dict[str, str]]:
+    """The GPUs, and for each AMD/Intel/Arm render node without a proven VA-API encode, why not."""
     gpus: list[GpuInfo] = []
+    vaapi_reasons: dict[str, str] = {}
     matched: set[str] = set()
     for raw in nvml_gpus:
         fields = dict(raw)
@@ -158,12 +168,15 @@ def _assemble_gpus(
         if node is not None:
             matched.add(node.name)
             va = vainfos.get(node.name, VaInfo())
+            # VA-API on NVIDIA is decode-only (NVDEC): no encode entrypoint survives.
             fields.update(render_node=node.path, decoders=tuple(va.decodes), vaapi_driver=va.driver,
-                          vaapi_profiles={p: tuple(e) for p, e in va.profiles.items()}, pci_id=_pci_id(node))
-        encoders = set(fields.get("encoders", ()))
-        lost = {c for c in encoders if f"{c}_nvenc" in tests and not tests[f"{c}_nvenc"].ok}
-        if lost:
-            encoders -= lost
+                          vaapi_profiles=_proven_profiles(va, set()), pci_id=_pci_id(node))
+        # NVML's encoder capacity says NVENC may be there; only a test encode says it is.
+        capable = sorted(fields.get("encoders", ()))
+        encoders = {c for c in capable if f"{c}_nvenc" in tests and tests[f"{c}_nvenc"].ok}
+        if capable and not encoders:
+            why = "no ffmpeg" if ffmpeg.path is None else "no test encode succeeded"
+            notes.append(f"{fields.get('model', 'NVIDIA GPU')}: NVENC ({', '.join(capable)}) not proven by a test encode: {why}")
         fields["encoders"] = tuple(encoders)
         gpus.append(GpuInfo(**fields))
     for node in nodes:
@@ -173,15 +186,90 @@ def _assemble_gpus(
             notes.append(f"{node.name}: vendor {node.vendor_id or '?'} driver {node.driver or '?'} is not a GPU the fabric uses")
             continue
         va = vainfos.get(node.name, VaInfo())
-        gpus.append(_render_node_gpu(node, va, tests, node is vaapi_node, len(gpus), notes))
-    return gpus
+        if node.vendor is GpuVendor.NVIDIA:
+            proven: set[str] = set()
+            notes.append(f"{node.name}: NVIDIA GPU without NVML (no driver or library): no CUDA; VA-API on NVIDIA is decode-only")
+        else:
+            proven, why = _prove_vaapi(node, va, ffmpeg, tests, vaapi_node)
+            if why is not None:
+                vaapi_reasons[node.path] = why
+                if va.encodes:
+                    notes.append(f"{node.name}: VA-API lists encode ({', '.join(sorted(va.encodes))}) but none is proven; "
+                                 f"treated as decode-only ({why.removeprefix('VA-API encode not proven: ')})")
+        gpus.append(_render_node_gpu(node, va, proven, len(gpus), notes))
+    return gpus, vaapi_reasons
+
+
+def _prove_vaapi(
+    node: RenderNode, va: VaInfo, ffmpeg: FfmpegInfo, tests: dict[str, TestEncode], tested: RenderNode | None,
+) -> tuple[set[str], str | None]:
+    """The codecs whose VA-API encode a test encode on ``node`` proved, and, when there are
+    none, why not (one line). ``tested`` is the render node the test encodes ran on."""
+    if not va.ok:
+        return set(), "no VA-API profiles (vainfo absent or failed)"
+    if not va.encodes:
+        return set(), "VA-API is decode-only here (vainfo lists no encode entrypoint)"
+    proven: set[str] = set()
+    unlisted: list[str] = []
+    why: list[str] = []
+    for codec in sorted(va.encodes):
+        encoder = _VAAPI_ENCODER.get(codec)
+        result = tests.get(encoder) if encoder else None
+        if ffmpeg.path is None:
+            why.append("no ffmpeg")
+        elif encoder is None:
+            why.append(f"ffmpeg has no VA-API encoder for {codec}")
+        elif encoder not in ffmpeg.listed:
+            unlisted.append(encoder)
+        elif tested is not node:
+            why.append(f"the test encodes ran on {tested.name if tested else 'no render node'} only")
+        elif result is None:
+            why.append(f"no test-encode result for {encoder}")
+        elif result.ok:
+            proven.add(codec)
+        else:
+            code = "timed out" if result.exit_code == TIMED_OUT else f"exit={result.exit_code}"
+            why.append(f"test encode {encoder} failed ({code})")
+    if proven:
+        return proven, None
+    if unlisted:
+        why.insert(0, f"ffmpeg does not list {', '.join(unlisted)}")
+    return proven, "VA-API encode not proven: " + "; ".join(dict.fromkeys(why))
+
+
+def _cuda_reason(raw: Any, nodes: list[RenderNode]) -> str:
+    """Why no NVIDIA GPU here is a CUDA device, from what NVML returned (``nvml.json``)."""
+    if raw is None:
+        why = "no NVML"
+    elif not isinstance(raw, dict):
+        why = "NVML's answer is unreadable"
+    elif raw.get("error"):
+        why = f"NVML: {raw['error']}"
+    elif not isinstance(raw.get("devices"), list):
+        why = "NVML's answer lists no devices"
+    elif not raw["devices"]:
+        why = "NVML found no device"
+    else:
+        why = "NVML could not read its devices"
+    nvidia = [n.name for n in nodes if n.vendor is GpuVendor.NVIDIA]
+    if nvidia:
+        return f"NVIDIA GPU on {', '.join(nvidia)} but no CUDA ({why})"
+    return f"no NVIDIA GPU ({why})"
+
+
+def _proven_profiles(va: VaInfo, proven: set[str]) -> dict[str, tuple[str, ...]]:
+    """vainfo's profiles, keeping an encode entrypoint only for a codec a test encode proved
+    (listing is not having), so nothing derived from them claims an unproven encode."""
+    return {p: tuple(e for e in eps if e not in ENCODE_ENTRYPOINTS or codec_of_profile(p) in proven)
+            for p, eps in va.profiles.items()}
 
 
 def _pci_id(node: RenderNode) -> str | None:
     return f"{node.vendor_id}:{node.device_id}" if node.vendor_id and node.device_id else None
 
 
-def _render_node_gpu(node: RenderNode, va: VaInfo, tests: dict[str, TestEncode], tested: bool, index: int, notes: list[str]) -> GpuInfo:
+def _render_node_gpu(node: RenderNode, va: VaInfo, proven: set[str], index: int, notes: list[str]) -> GpuInfo:
+    """A render node's GPU; ``proven`` are the codecs whose hardware encode a test proved."""
     vendor = node.vendor
     assert vendor is not None
     vname = _VENDOR_NAMES[vendor]
@@ -191,21 +279,8 @@ def _render_node_gpu(node: RenderNode, va: VaInfo, tests: dict[str, TestEncode],
     if not model:
         codename = AMD_APU_IDS.get(node.device_id or "") if vendor is GpuVendor.AMD else None
         model = f"{vname} {codename} iGPU" if codename else f"{vname} GPU {node.device_id or node.name}"
-    profiles = {p: tuple(e) for p, e in va.profiles.items()}
-    encoders: set[str] = set()
-    if vendor is GpuVendor.NVIDIA:
-        notes.append(f"{node.name}: NVIDIA GPU without NVML (no driver or library): no CUDA; VA-API on NVIDIA is decode-only")
-    else:
-        encoders = set(va.encodes)
-        vaapi_tests = {c: tests[_VAAPI_ENCODER[c]] for c in encoders if _VAAPI_ENCODER.get(c) in tests} if tested else {}
-        if vaapi_tests:
-            encoders -= {c for c, t in vaapi_tests.items() if not t.ok}
-            if not encoders:
-                # Listing is not having: every encode the driver offers failed here.
-                profiles = {p: tuple(e for e in eps if e not in ENCODE_ENTRYPOINTS) for p, eps in profiles.items()}
-                notes.append(f"{node.name}: VA-API lists encode but every test encode failed; treated as decode-only")
-        elif va.encodes:
-            notes.append(f"{node.name}: VA-API encode ({', '.join(sorted(va.encodes))}) not proven by a test encode")
+    profiles = _proven_profiles(va, proven)
+    encoders = set(proven)
     if not node.certain:
         notes.append(f"{node.name}: {node.evidence}")
     decoders = set(va.decodes)
