@@ -17,6 +17,7 @@ They refuse clearly (one line, exit 2) when the ``ray`` command is missing, the 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
@@ -203,21 +204,62 @@ def status_rows(records: Sequence[Any], now: float) -> list[dict[str, Any]]:
     return rows
 
 
-def format_status_table(rows: Sequence[dict[str, Any]], now: float) -> str:
-    """The fleet as a fixed-width table, best tier first."""
+STATUS_HEADER = ("NAME", "TIER", "GPUS", "STATUS", "RUNNING/MAX", "UTIL", "LAST SEEN", "NODE")
+_LEFT_OUT_WHEN_NARROW = ("NODE", "GPUS")
+"""Columns left out, in this order, while the table cannot fit the terminal (``--json`` keeps them)."""
+
+
+def format_status_table(rows: Sequence[dict[str, Any]], now: float, width: int | None = None) -> str:
+    """The fleet as a table (rich), best tier first, one line per node, no colours.
+
+    ``width``: the columns to fit in; by default the terminal's when stdout is one, else none (as
+    wide as the table needs: one line per node for grep and awk). On a terminal each GPU takes a
+    line and STATUS wraps to fit; where even that is too wide, NODE and then GPUS are left out,
+    with a line that says so."""
+    from rich.console import Console
+
     from fabric.tiers import ComputeTier
 
-    header = ("NAME", "TIER", "GPUS", "STATUS", "RUNNING/MAX", "UTIL", "LAST SEEN", "NODE")
+    if width is None and sys.stdout.isatty():
+        width = shutil.get_terminal_size().columns
+    gpu_sep = ", " if width is None else "\n"  # on a terminal one GPU a line; piped, one line a node
     body = []
     for row in sorted(rows, key=lambda r: (-ComputeTier.parse(r["tier"]).rank, r["name"], r["node_id"])):
         status = row["status"] + (" cordoned" if row["cordoned"] else "") + (" flap-held" if row["flap_held"] else "")
-        body.append((row["name"], row["tier"], ", ".join(row["gpus"]) or "-", status, f"{row['running']}/{row['max']}",
+        body.append((row["name"], row["tier"], gpu_sep.join(row["gpus"]) or "-", status, f"{row['running']}/{row['max']}",
                      f"{row['utilization'] * 100:.0f}%", _ago(now, row["last_seen"]), row["node_id"][:12]))
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip() for line in (header, *body)]
+    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, highlight=False)
+    shown = list(STATUS_HEADER)
+    table = _status_table(shown, body)
+    for column in _LEFT_OUT_WHEN_NARROW:
+        if width is None or console.measure(table).minimum <= width:
+            break
+        shown.remove(column)
+        table = _status_table(shown, body)
+    if width is not None and console.measure(table).minimum <= width:
+        console.width = width  # else narrower than NAME, TIER and the numbers: as wide as it needs
+    left_out = [c for c in STATUS_HEADER if c not in shown]
+    console.print(table)
+    lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
     if not body:
         lines.append("(no nodes registered)")
+    if left_out:
+        lines.append(f"({' and '.join(left_out)} left out on {width} columns; --json has every field)")
     return "\n".join(lines)
+
+
+def _status_table(shown: Sequence[str], body: Sequence[tuple[str, ...]]) -> Any:
+    """The rich table of ``body`` (one tuple per node, in ``STATUS_HEADER`` order) with the columns
+    ``shown``; only STATUS wraps (at spaces), the rest stay whole."""
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="")
+    for column in shown:
+        table.add_column(column, overflow="fold", no_wrap=column != "STATUS",
+                         justify="right" if column in ("RUNNING/MAX", "UTIL") else "left")
+    for line in body:
+        table.add_row(*(v for c, v in zip(STATUS_HEADER, line) if c in shown))
+    return table
 
 
 def run_status(args: argparse.Namespace) -> int:
