@@ -59,6 +59,23 @@ class SettingsError(FabricError, ValueError):
         return (SettingsError, (self.problems, self.message))
 
 
+class SettingsConflictError(FabricError):
+    """The fabric is already up with other settings than the ones asked for. ``fields`` names the
+    top-level settings fields that differ; bringing it up with new settings means ``fabric down``
+    first (``up()`` without settings attaches to the running fabric, whatever it runs with)."""
+
+    def __init__(self, fields: list[str] | tuple[str, ...], message: str | None = None, **_: Any) -> None:
+        fields = tuple(fields)
+        if message is None:
+            message = (f"the fabric is already up with other settings: {', '.join(fields)} "
+                       f"{'differs' if len(fields) == 1 else 'differ'} from the settings in force; run `fabric down` "
+                       "(fabric.down()) first to bring it up with these, or call up() without settings to attach to it")
+        FabricError.__init__(self, message, fields=fields)
+
+    def __reduce__(self):
+        return (SettingsConflictError, (self.fields, self.message))
+
+
 class RequirementError(FabricError, ValueError):
     """A requirement (or decorator argument) is invalid; ``field`` names the one at fault."""
 

@@ -3,10 +3,13 @@
 ``up(settings)`` gets or creates the fabric's detached, named actors in namespace ``fabric``
 (registry, health monitor, and the scheduler and dispatcher when installed), so it is idempotent
 across drivers: a second driver or a ``ray job submit`` script calling ``up()`` finds the same
-fabric (the settings of the first ``up`` stay in force). The actors restart on failure
-(``max_restarts=-1``) and sit on the head node through a sliver of Ray's head-node marker
-resource, never pinned to a node id. ``down()`` stops the fabric's actors, not Ray; the registry's
-file stays, so a later ``up()`` on the same cluster picks up where it was.
+fabric. The settings of the first ``up`` stay in force (kept in the registry's state under
+``fabric.settings``); a later ``up`` with other explicit settings raises ``SettingsConflictError``
+rather than silently keeping the old ones, and ``up()`` without settings attaches to what runs.
+The actors restart on failure (``max_restarts=-1``) and sit on the head node through a sliver of
+Ray's head-node marker resource, never pinned to a node id. ``down()`` stops the fabric's actors,
+not Ray; the registry's file stays, so a later ``up()`` on the same cluster picks up where it was
+(its first ``up`` sets the settings in force anew).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from importlib import import_module
 from typing import Any, Iterable
 
-from fabric.errors import NodeNotFoundError
+from fabric.errors import NodeNotFoundError, SettingsConflictError, SettingsError
 from fabric.settings import FabricSettings
 
 NAMESPACE = "fabric"
@@ -24,6 +27,7 @@ HEALTH = "fabric.health"
 SCHEDULER = "fabric.scheduler"
 DISPATCHER = "fabric.dispatcher"
 PROBE_PREFIX = "fabric.probe."
+SETTINGS_KEY = "fabric.settings"  # the registry state key holding the settings in force (model_dump(mode="json"))
 _HEAD = {"node:__internal_head__": 0.001}
 
 # Other fabric actors up() starts when their modules are installed: (name, module, class, needs settings).
@@ -55,16 +59,23 @@ def _options(name: str) -> dict[str, Any]:
 def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True, timeout_s: float = 60.0) -> "FabricHandle":
     """Get or create the fabric's actors on the connected Ray cluster (``ray.init()`` first, or this
     connects the way ``ray.init()`` does) and return a handle once the health monitor has ticked.
-    ``scheduler=False`` brings up only the fleet (registry, health monitor, probes)."""
+    ``scheduler=False`` brings up only the fleet (registry, health monitor, probes).
+
+    ``settings=None`` brings the fabric up with defaults, or attaches to the running fabric with the
+    settings in force. Explicit settings on a fabric already up must equal the ones in force (then
+    this is idempotent), else ``SettingsConflictError`` names the differing fields."""
     ray = _ray()
     if not ray.is_initialized():
         ray.init()
+    explicit = settings is not None
     settings = FabricSettings.load(settings)
     from actors.health import HealthMonitorActor
     from actors.registry import RegistryActor
 
-    as_dict = settings.model_dump(mode="json")
+    already_up = _get_actor(REGISTRY) is not None
     registry = RegistryActor.options(**_options(REGISTRY)).remote(settings.store.path)
+    settings = _settings_in_force(registry, settings, explicit=explicit, already_up=already_up, timeout_s=timeout_s)
+    as_dict = settings.model_dump(mode="json")
     health = HealthMonitorActor.options(**_options(HEALTH)).remote(as_dict)
     waits = [registry.ping.remote(), health.ready.remote()]
     if scheduler:
@@ -85,6 +96,29 @@ def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True,
     else:
         use_settings(settings)
     return FabricHandle()
+
+
+def _settings_in_force(registry: Any, requested: FabricSettings, *, explicit: bool, already_up: bool, timeout_s: float) -> FabricSettings:
+    """The settings the fabric runs with. On the first ``up`` (no registry before this call) the
+    requested ones, stored in the registry's state; on a later one the stored ones, which explicit
+    settings must match. A stored value that no longer loads (an older schema) counts as none."""
+    ray = _ray()
+    in_force = None
+    if already_up:
+        stored = ray.get(registry.get_state.remote(SETTINGS_KEY), timeout=timeout_s)
+        if stored is not None:
+            try:
+                in_force = FabricSettings.load(stored)
+            except SettingsError:
+                in_force = None
+    if in_force is None:
+        ray.get(registry.put_state.remote(SETTINGS_KEY, requested.model_dump(mode="json")), timeout=timeout_s)
+        return requested
+    if explicit:
+        differing = in_force.differing_fields(requested)
+        if differing:
+            raise SettingsConflictError(differing)
+    return in_force
 
 
 def down(timeout_s: float = 30.0) -> list[str]:
@@ -200,7 +234,7 @@ class FabricHandle:
         return self._get(self._actor(REGISTRY).mark_draining.remote(node)).node_id
 
 
-__all__ = ["FabricHandle", "NodeNotFoundError", "down", "up"]
+__all__ = ["FabricHandle", "NodeNotFoundError", "SettingsConflictError", "down", "up"]
 
 
 def __getattr__(name: str) -> Any:

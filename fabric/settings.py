@@ -284,6 +284,11 @@ class FabricSettings(_Model):
             health=self.health,
         ))
 
+    def differing_fields(self, other: "FabricSettings") -> list[str]:
+        """The top-level fields whose values differ between ``self`` and ``other``, in field order."""
+        mine, theirs = self.model_dump(mode="json"), other.model_dump(mode="json")
+        return [name for name in type(self).model_fields if mine.get(name) != theirs.get(name)]
+
     # -- lookups ---------------------------------------------------------------------------
     @property
     def default_pool(self) -> Pool:

@@ -204,3 +204,21 @@ def test_missing_sections_stand_for_their_defaults_beside_a_structural_problem()
         FabricSettings.load({"queue_timeout_s": -1, "hot_spares": [{"pool": "default"}, {"pool": "nope"}]})
     assert sorted(codes(exc.value)) == [("greater_than", "queue_timeout_s"), ("unknown_pool", "hot_spares.1.pool")]
 
+
+def test_differing_fields_names_top_level_fields():
+    a = FabricSettings.load({"health": {"heartbeat_interval_s": 1, "offline_after_s": 3}})
+    b = FabricSettings.load({"health": {"heartbeat_interval_s": 2, "offline_after_s": 3}, "queue_timeout_s": 5})
+    assert a.differing_fields(b) == ["health", "queue_timeout_s"]
+    assert a.differing_fields(FabricSettings.load(a.model_dump(mode="json"))) == []
+
+
+def test_settings_conflict_error_pickles_and_names_the_fields():
+    import pickle
+
+    from fabric.errors import FabricError, SettingsConflictError
+
+    err = SettingsConflictError(("health", "pools"))
+    assert isinstance(err, FabricError)
+    assert "health" in str(err) and "pools" in str(err) and "fabric down" in str(err)
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is SettingsConflictError and back.fields == ("health", "pools") and str(back) == str(err)
