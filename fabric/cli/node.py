@@ -263,24 +263,12 @@ def _status_table(shown: Sequence[str], body: Sequence[tuple[str, ...]]) -> Any:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    import ray
-
+    from fabric.cli.connect import connect
     from fabric.runtime import FabricHandle
 
-    extra: dict[str, Any] = {}
-    if args.address not in ("auto", "local"):
-        try:
-            host, _ = parse_address(args.address)
-        except ValueError as exc:
-            return _refuse("status", str(exc))
-        if host.startswith("127.") and host != "127.0.0.1":
-            # A cluster on another loopback address (LocalFabric(node_ip_address="127.0.0.2")):
-            # this driver is on that machine, so it must use that address as its own.
-            extra["_node_ip_address"] = host
-    try:
-        ray.init(address=args.address, log_to_driver=False, logging_level="ERROR", **extra)
-    except Exception as exc:
-        return _refuse("status", f"cannot connect to Ray at {args.address!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    ray = connect(args.address, "status")  # on failure it has said why (a token problem, nothing there...)
+    if ray is None:
+        return 2
     try:
         try:
             records = FabricHandle().nodes()

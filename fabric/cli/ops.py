@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from fabric.cli.connect import connect
 from fabric.errors import FabricError
 
 
@@ -40,19 +41,6 @@ def add_parser(subparsers: Any) -> None:
     e.set_defaults(func=run_explain)
 
 
-def _connect(address: str, command: str):
-    import ray
-
-    try:
-        if not ray.is_initialized():
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-        return ray
-    except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"fabric {command}: cannot connect to Ray at {address!r}: {first}", file=sys.stderr)
-        return None
-
-
 def _scheduler(ray, command: str):
     try:
         return ray.get_actor("fabric.scheduler", namespace="fabric")
@@ -67,7 +55,7 @@ def _unwrap(exc: Exception) -> Exception:
 
 
 def run_node_op(args) -> int:
-    ray = _connect(args.address, args.op)
+    ray = connect(args.address, args.op)
     if ray is None:
         return 2
     sched = _scheduler(ray, args.op)
@@ -103,7 +91,7 @@ def run_explain(args) -> int:
     except FabricError as exc:
         print(f"fabric explain: {exc}", file=sys.stderr)
         return 2
-    ray = _connect(args.address, "explain")
+    ray = connect(args.address, "explain")
     if ray is None:
         return 2
     sched = _scheduler(ray, "explain")
