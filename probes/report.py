@@ -1,19 +1,23 @@
-"""Human-readable views of probe results: a one-node summary and a fleet table.
+"""Human-readable views of probe results: table cells for a fleet, and a one-node summary.
 
-Kept apart from the CLI so the demo (and later the live multi-node demo) prints the same table
-from any list of ``NodeCapabilities``.
+Kept apart from the CLI so the demo (and later the live multi-node demo) shows the same cells
+from any list of ``NodeCapabilities``; how they are drawn (``fabric probe`` uses rich) is the
+caller's business. Cells are plain text; a newline inside one is a break that belongs there (one
+GPU per line), and words are separated by spaces so a narrow terminal wraps between them.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from fabric.capabilities import NodeCapabilities
-from probes.ffmpeg import is_hardware
+from probes.ffmpeg import HARDWARE_SUFFIXES, is_hardware
 
-__all__ = ["hardware_encoders", "format_table", "format_summary", "TABLE_COLUMNS"]
+__all__ = ["hardware_encoders", "encoder_families", "table_row", "unserved_rows", "format_summary",
+           "TABLE_COLUMNS", "UNSERVED_COLUMNS"]
 
-TABLE_COLUMNS = ("name", "source", "tier", "serves", "arch", "cpus", "memory", "gpus", "hw encoders", "slots")
+TABLE_COLUMNS = ("node", "serves", "machine", "gpus", "hw encoders")
+UNSERVED_COLUMNS = ("node", "not served", "why")
 
 
 def hardware_encoders(caps: NodeCapabilities) -> list[str]:
@@ -21,39 +25,39 @@ def hardware_encoders(caps: NodeCapabilities) -> list[str]:
     return sorted(e for e in caps.ffmpeg.working if is_hardware(e))
 
 
-def _gpus(caps: NodeCapabilities) -> str:
-    if not caps.gpus:
-        return "-"
+def encoder_families(caps: NodeCapabilities) -> list[str]:
+    """The proven hardware encoders by family: ``["nvenc av1 h264 hevc", "vaapi h264 hevc"]``."""
+    families: dict[str, list[str]] = {suffix.lstrip("_"): [] for suffix in HARDWARE_SUFFIXES}
+    for encoder in hardware_encoders(caps):
+        codec, family = encoder.rsplit("_", 1)
+        families.setdefault(family, []).append(codec)
+    return [f"{family} {' '.join(codecs)}" for family, codecs in families.items() if codecs]
+
+
+def _gpus(caps: NodeCapabilities) -> list[str]:
     parts = []
     for g in caps.gpus:
         kind = "cuda" if g.cuda else ("dGPU" if g.discrete else "iGPU")
         mem = f" {g.vram_mib / 1024:.0f}G" if g.vram_mib >= 1024 else (f" {g.vram_mib}M" if g.vram_mib else "")
-        parts.append(f"{g.label_name}{mem} ({kind})")
-    return "; ".join(parts)
+        parts.append(f"{g.model}{mem} ({kind})")
+    return parts
 
 
-def _row(caps: NodeCapabilities) -> tuple[str, ...]:
+def table_row(caps: NodeCapabilities) -> tuple[str, ...]:
+    """One node's cells, in ``TABLE_COLUMNS`` order."""
+    slots = caps.limitations.max_concurrent_tasks
     return (
-        caps.name,
-        caps.source,
-        caps.tier.value,
-        ",".join(t.value for t in caps.tiers),
-        caps.arch,
-        f"{caps.cpu_usable:g}",
-        f"{caps.memory_mib / 1024:.1f} GiB",
-        _gpus(caps),
-        ",".join(hardware_encoders(caps)) or "-",
-        str(caps.limitations.max_concurrent_tasks),
+        caps.name if caps.source == caps.name else f"{caps.name}\n{caps.source}",
+        " ".join(t.value for t in caps.tiers),
+        f"{caps.arch}\n{caps.cpu_usable:g} cpu\n{caps.memory_mib / 1024:.1f} GiB\n{slots} slot{'' if slots == 1 else 's'}",
+        "\n".join(_gpus(caps)) or "-",
+        "\n".join(encoder_families(caps)) or "-",
     )
 
 
-def format_table(nodes: Iterable[NodeCapabilities], columns: Sequence[str] = TABLE_COLUMNS) -> str:
-    """A plain-text table, one row per node, columns padded to fit."""
-    rows = [tuple(columns)] + [_row(c) for c in nodes]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def unserved_rows(nodes: Iterable[NodeCapabilities]) -> list[tuple[str, str, str]]:
+    """(node, tier, why) for every tier a node does not serve and the probe explained, best first."""
+    return [(caps.name, tier.value, why) for caps in nodes for tier, why in caps.unserved.items()]
 
 
 def format_summary(caps: NodeCapabilities) -> str:
@@ -86,6 +90,8 @@ def format_summary(caps: NodeCapabilities) -> str:
     if caps.roles:
         lines.append(f"  roles       {', '.join(caps.roles)}")
     lines.append(f"  slots       {caps.limitations.max_concurrent_tasks} (fabric.slots)")
+    for tier, why in caps.unserved.items():
+        lines.append(f"  not served  {tier.value}: {why}")
     for note in caps.limitations.notes:
         lines.append(f"  note        {note}")
     return "\n".join(lines)

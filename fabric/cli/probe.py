@@ -6,13 +6,20 @@ Outputs: a human summary (default), ``--json`` (``NodeCapabilities`` with ``tier
 bundled profile. ``--record DIR`` also writes what was read as a recording folder (how a real
 NVML probe gets recorded on a GPU machine). Bad input (a missing recording folder, an unknown
 profile or role) is one line on stderr and exit code 2.
+
+The summary and the tables say why a tier is not served (``NodeCapabilities.unserved``). The
+tables are drawn with rich, at least 80 columns wide (wider when the terminal is), and plain
+text without ANSI codes when stdout is not a terminal; the JSON and label outputs are for
+scripts and never change shape with the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import shlex
+import shutil
 import sys
 from typing import Any
 
@@ -114,10 +121,10 @@ def _one_line(text: str) -> str:
 
 def render(nodes: list[NodeCapabilities], output: str, **labels: Any) -> str:
     """``nodes`` in one of the output formats (several nodes: JSON lists, one block per node)."""
-    from probes.report import format_summary, format_table
+    from probes.report import format_summary
 
     if output == "table":
-        return format_table(nodes)
+        return format_tables(nodes, width=max(80, shutil.get_terminal_size().columns), terminal=sys.stdout.isatty())
     if output == "summary":
         return "\n\n".join(format_summary(c) for c in nodes)
     if output == "json":
@@ -132,3 +139,54 @@ def render(nodes: list[NodeCapabilities], output: str, **labels: Any) -> str:
     if output == "ray-start-args":
         return "\n".join(ray_start_args(c, **labels) for c in nodes)
     raise ValueError(f"unknown output {output!r}")
+
+
+def format_tables(nodes: list[NodeCapabilities], *, width: int = 80, terminal: bool = False) -> str:
+    """One row per node (what it serves, its machine, GPUs and proven hardware encoders), then
+    one row per tier a node does not serve, with why; drawn by rich at ``width`` columns, styled
+    only for a ``terminal``."""
+    from rich.console import Console
+
+    from probes.report import TABLE_COLUMNS, UNSERVED_COLUMNS, table_row, unserved_rows
+
+    why = unserved_rows(nodes)
+    shown = [(n if i == 0 or why[i - 1][0] != n else "", t, w) for i, (n, t, w) in enumerate(why)]
+    console = Console(file=io.StringIO(), width=width, force_terminal=terminal, no_color=not terminal, highlight=False)
+    with console.capture() as capture:
+        # A machine line ("30.4 GiB", "12 slots") reads badly broken in two.
+        console.print(_rich_table(TABLE_COLUMNS, [table_row(c) for c in nodes], width, whole=("machine",), leading=1))
+        if shown:
+            console.print()
+            console.print(_rich_table(UNSERVED_COLUMNS, shown, width))
+    return "\n".join(line.rstrip() for line in capture.get().rstrip("\n").splitlines())
+
+
+def _rich_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], width: int, whole: tuple[str, ...] = (), **kw: Any) -> Any:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), **kw)
+    # Between two columns: one padding and one separator character.
+    for name, fitted in zip(columns, _fit_widths(columns, rows, width - 2 * (len(columns) - 1), whole=whole)):
+        table.add_column(name, width=fitted, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # Text: a "[" in a name is not rich markup
+    return table
+
+
+def _fit_widths(columns: tuple[str, ...], rows: list[tuple[str, ...]], available: int, *, whole: tuple[str, ...] = ()) -> list[int]:
+    """Column widths within ``available`` characters: every column as wide as its longest line
+    when all fit, else as wide as its longest word (longest line for the ``whole`` columns) plus
+    a share of the room left, in proportion to what it would still like. (Rich's own shrinking
+    can crop the last column or split words.)"""
+    cells = [[name, *(r[i] for r in rows)] for i, name in enumerate(columns)]
+    natural = [max(len(line) for text in col for line in text.splitlines() or [""]) for col in cells]
+    least = [n if name in whole else max(len(word) for text in col for word in text.split() or [""])
+             for name, n, col in zip(columns, natural, cells)]
+    if sum(natural) <= available:
+        return natural
+    room = max(0, available - sum(least))
+    wants = [n - m for n, m in zip(natural, least)]
+    total = sum(wants) or 1
+    return [m + room * w // total for m, w in zip(least, wants)]

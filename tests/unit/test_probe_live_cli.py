@@ -81,14 +81,25 @@ def test_cli_label_outputs(capsys):
     assert code == 0 and json.loads(out)["topology.researchstack.io/arm64"] == "true"
 
 
-def test_cli_all_is_a_table_of_every_profile(capsys):
+@pytest.mark.parametrize("columns", ["80", "40"])  # never narrower than 80
+def test_cli_all_is_a_table_of_every_profile_on_80_columns(capsys, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", columns)
     code, out, _ = run_cli(capsys, "--all")
     lines = out.splitlines()
-    assert code == 0 and lines[0].split()[:4] == ["name", "source", "tier", "serves"]
-    assert len(lines) == 2 + 1 + len(profiles())
-    for name in profiles():
-        assert any(line.split()[1] == name for line in lines[2:])
-    assert "live" in lines[2]
+    assert code == 0 and lines[0].split() == ["node", "serves", "machine", "gpus", "hw", "encoders"]
+    assert 70 <= max(len(line) for line in lines) <= 80 and "\x1b" not in out  # not a terminal: plain text
+    words = out.split()
+    assert "live" in words and all(name in words for name in profiles())
+    # then why each node does not serve a tier
+    why = lines.index(next(line for line in lines if line.split()[:3] == ["node", "not", "served"]))
+    assert any(line.split()[:2] == ["edge-relay", "gpu_cuda"] for line in lines[why:])
+
+
+def test_cli_table_rows_stay_on_one_line_when_the_terminal_is_wide(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(capsys, "--profile", "steamdeck-apu", "--table")
+    row = next(line for line in out.splitlines() if line.startswith("steamdeck "))
+    assert code == 0 and "gpu_apu cpu_ffmpeg framebuffer relay" in row and "AMD Custom GPU 0405 1G (iGPU)" in row
 
 
 def test_cli_summary_and_record(capsys, tmp_path):

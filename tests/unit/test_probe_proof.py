@@ -139,3 +139,29 @@ def test_an_nvidia_render_node_without_nvml_says_why_there_is_no_cuda(tmp_path):
     caps = probe(rec)
     assert caps.tier is T.GPU_APU and caps.gpus[0].vendor.value == "nvidia" and caps.gpus[0].encoders == ()
     assert caps.unserved[T.GPU_CUDA] == "NVIDIA GPU on renderD128 but no CUDA (NVML: NVMLError_DriverNotLoaded)"
+
+
+def run_probe_cli(capsys, *argv):
+    from fabric.cli import main
+
+    code = main(["probe", *argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_fabric_probe_says_why_a_tier_is_not_served(capsys, tmp_path, monkeypatch):
+    rec = copy_profile("amd-discrete-vaapi", tmp_path)
+    shutil.rmtree(rec / "ffmpeg")
+    out = run_probe_cli(capsys, "--recording", str(rec))
+    assert "  not served  gpu_vaapi: VA-API encode not proven: no ffmpeg\n" in out
+    assert "  tier        cpu_ffmpeg\n" in out
+    monkeypatch.setenv("COLUMNS", "80")
+    out = run_probe_cli(capsys, "--recording", str(rec), "--table")
+    assert any(line.split()[:1] == ["gpu_vaapi"] and line.endswith("VA-API encode not proven: no ffmpeg")
+               for line in (ln.replace("polaris-box", "", 1) for ln in out.splitlines()))
+    assert max(len(line) for line in out.splitlines()) <= 80 and "\x1b" not in out
+    import json
+
+    data = json.loads(run_probe_cli(capsys, "--recording", str(rec), "--json"))
+    assert data["unserved"]["gpu_vaapi"] == "VA-API encode not proven: no ffmpeg" and data["tier"] == "cpu_ffmpeg"
