@@ -9,7 +9,7 @@ from importlib import import_module
 
 # Subcommand modules, in help order. Each defines ``add_parser(subparsers) -> None`` and sets
 # ``func`` on its parser(s): ``func(args) -> int`` (the exit code).
-_COMMAND_MODULES = ("fabric.cli.probe", "fabric.cli.node", "fabric.cli.ops")
+_COMMAND_MODULES = ("fabric.cli.probe", "fabric.cli.node", "fabric.cli.lifecycle", "fabric.cli.ops")
 
 
 def build_parser() -> argparse.ArgumentParser:
