@@ -78,6 +78,8 @@ def test_up_brings_the_fabric_up_with_the_file_s_settings(lf, configs):
     registry = ray.get_actor("fabric.registry", namespace="fabric")
     in_force = ray.get(registry.get_state.remote("fabric.settings"), timeout=30)
     assert in_force == FabricSettings.from_yaml(configs / "good.yaml").model_dump(mode="json")
+    status = fabric_cli("status", "--address", lf.address, "--json")  # the shared connect helper, when all is well
+    assert status.returncode == 0 and status.stdout.strip().startswith("["), status.stderr[-2000:]
 
 
 def test_a_second_up_with_other_settings_is_refused_and_names_the_field(lf, configs):
