@@ -18,7 +18,9 @@ import ray
 
 from fabric.lifecycle import NodeStatus
 from fabric.placement import NodeRecord
+from fabric.names import TIER_LABEL
 from fabric.settings import FabricSettings
+from fabric.tiers import ComputeTier
 
 REGISTRY = "fabric.registry"
 NAMESPACE = "fabric"
@@ -56,12 +58,30 @@ def diff_fleet(known: dict[str, NodeRecord], wanted: dict[str, NodeRecord]) -> l
     return out
 
 
+def outsiders(rows: list[dict[str, Any]], fleet: dict[str, NodeRecord]) -> dict[str, ComputeTier]:
+    """Alive Ray nodes whose ``fabric.io/tier`` label names a tier but that are not in ``fleet``
+    (offline by missed heartbeats while Ray still runs them, not registered yet), with that tier (pure)."""
+    out: dict[str, ComputeTier] = {}
+    for row in rows:
+        node_id = row.get("NodeID")
+        label = (row.get("Labels") or {}).get(TIER_LABEL)
+        if not node_id or node_id in fleet or not label:
+            continue
+        try:
+            out[node_id] = ComputeTier.parse(label)
+        except ValueError:
+            continue
+    return out
+
+
 class FleetFeed:
     """Polls Ray and the registry; remembers what it reported."""
 
     def __init__(self, settings: FabricSettings) -> None:
         self.settings = settings
         self.known: dict[str, NodeRecord] = {}
+        self.outsiders: dict[str, ComputeTier] = {}
+        """Alive raylets with a fabric tier label that are not in the fleet, and their label tier."""
         self._registry = None
 
     def _reg(self):
@@ -70,7 +90,8 @@ class FleetFeed:
         return self._registry
 
     async def poll(self) -> list[FleetChange]:
-        alive = {row["NodeID"] for row in ray.nodes() if row.get("Alive")}
+        rows = [row for row in ray.nodes() if row.get("Alive")]
+        alive = {row["NodeID"] for row in rows}
         try:
             records = await self._reg().records.remote()
         except (ValueError, ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
@@ -89,6 +110,7 @@ class FleetFeed:
                         now, max_concurrent_tasks=override.max_concurrent_tasks if override is not None else None)
         changes = diff_fleet(self.known, wanted)
         self.known = wanted
+        self.outsiders = outsiders(rows, wanted)
         return changes
 
     async def set_cordoned(self, node_id: str, cordoned: bool) -> None:

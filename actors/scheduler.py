@@ -53,6 +53,7 @@ class SchedulerActor:
 
     async def _sync(self) -> None:
         changes = await self.feed.poll()
+        self.core.ray_outsiders(self.feed.outsiders)
         for change in changes:
             if change.kind == "lost":
                 self._carry_out(self.core.node_lost(change.node_id))
@@ -84,8 +85,9 @@ class SchedulerActor:
         hard requirement that no node serves. ``release``: the caller's idle leases, given back first."""
         if not self._ready.is_set():
             await self._ready.wait()
-        for lease_id in release:
-            self.end_lease(lease_id)
+        self.core.check_requirement(req)
+        for idle in release:
+            self.end_lease(idle)
         self._count("attempted")
         return self.core.place(req)
 
@@ -111,12 +113,8 @@ class SchedulerActor:
         back the client's idle leases (``release``)."""
         if not self._ready.is_set():
             await self._ready.wait()
-        for lease_id in release:
-            self.end_lease(lease_id)
-        grant = self.core.lease(lease_id, req, holding, want)
-        if not grant.slots and grant.spill is None and req.hard and not self.core.any_node_serves(req.min_tier, req.pool):
-            raise CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
-                                requirement=repr(req), reason="no node serves the tier")
+        grant, out = self.core.grant_lease(lease_id, req, holding, want, release)
+        self._carry_out(out)
         return grant
 
     def end_lease(self, lease_id: str) -> None:
@@ -143,7 +141,7 @@ class SchedulerActor:
         first failing filter, each survivor's key, and the text a person reads."""
         if not self._ready.is_set():
             await self._ready.wait()
-        d = dry_run(self.core.fleet, req, ctx)
+        d = dry_run(self.core.fleet, self.core.check_requirement(req), ctx)
         names = {r.node_id: r.name for r in self.core.fleet.records()}
         verdicts = {f"{names.get(k, k)} ({k[:12]})": v for k, v in d.trace.verdicts().items()}
         survivors = [{"node": names.get(node_id, node_id), "node_id": node_id, "key": list(map(str, key))}

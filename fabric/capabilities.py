@@ -242,6 +242,13 @@ class NodeCapabilities(_Model):
         return frozenset(tags)
 
     @property
+    def ray_gpus(self) -> int:
+        """GPUs the node declares to Ray (``ray start --num-gpus``): its CUDA devices, which is what
+        Ray's own detection counts and what the ``CUDA_VISIBLE_DEVICES`` Ray sets for a task indexes.
+        Other GPUs (VA-API) are the fabric's to account for, not Ray's."""
+        return sum(1 for g in self.gpus if g.cuda)
+
+    @property
     def primary_gpu(self) -> GpuInfo | None:
         """The GPU that gives the node its tier (CUDA first, then discrete, then the rest)."""
         if not self.gpus:

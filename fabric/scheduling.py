@@ -17,10 +17,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
-from fabric.errors import CapacityError, NodeNotFoundError
+from fabric.errors import CapacityError, NodeNotFoundError, RequirementError
 from fabric.lifecycle import NodeStatus
 from fabric.placement import Allocation, Decision, FleetView, NodeRecord, PlacementContext, Requirement, place
 from fabric.settings import FabricSettings
@@ -45,6 +45,8 @@ class NodeAssignment:
     fallback_levels: int = 0
     allocation_id: int | None = None
     """Set when the assignment holds a reservation that must be released."""
+    ray_gpus: float = 0.0
+    """GPUs to ask Ray for on this node (see ``SchedulerCore.ray_gpus``)."""
 
     @classmethod
     def from_decision(cls, d: Decision, *, reserved: bool) -> "NodeAssignment":
@@ -93,6 +95,8 @@ class LeaseSlot:
     level: ComputeTier | None = None
     """The compute level the slots were placed at."""
     fallback_levels: int = 0
+    ray_gpus: float = 0.0
+    """GPUs each call asks Ray for on this node (see ``SchedulerCore.ray_gpus``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,7 @@ class SchedulerCore:
         self._seq = itertools.count()
         self._drains: dict[str, _Drain] = {}
         self._leases: dict[str, _LeaseState] = {}
+        self._outsiders: dict[str, ComputeTier] = {}
         self.lease_ttl_s = self.settings.health.monitor_interval_s
         self.counters = {
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
@@ -188,6 +193,13 @@ class SchedulerCore:
                 "running": sum(len(v) for v in self._by_node.values()), "tiers": ordered}
 
     # -- work -----------------------------------------------------------------------------------
+    def check_requirement(self, req: Requirement) -> Requirement:
+        """``req`` if everything it names exists in the settings in force (its pool); else the
+        ``RequirementError`` that names the field. Never a silent ``deferred`` (API.md)."""
+        if not isinstance(req, Requirement):
+            raise RequirementError("requirement", f"must be a fabric.Requirement, got {type(req).__name__}", req)
+        return req.validate_against(self.settings)
+
     def place(self, req: Requirement, ctx: PlacementContext | None = None, *, request_id: str | None = None,
               queue: bool = False, priority: int = 0, timeout_s: float | None = None) -> NodeAssignment:
         """Place ``req`` now and reserve the node. Deferred work with ``queue`` waits in the
@@ -196,11 +208,12 @@ class SchedulerCore:
         A hard requirement (no fallback) that no node in the fleet serves at all raises
         ``CapacityError`` at once: waiting would not help unless a new node joins, and seed 002
         says such work hard-fails. Busy is not absent: a full CUDA node means wait."""
+        self.check_requirement(req)
         self.counters["placements_attempted"] += 1
         d = place(self.fleet, req, ctx)
         if d.status == "placed":
             self._commit(d)
-            return NodeAssignment.from_decision(d, reserved=True)
+            return self._assignment(d, req)
         if req.hard and not self.any_node_serves(req.min_tier, req.pool):
             self.counters["placements_failed"] += 1
             raise CapacityError(
@@ -218,6 +231,7 @@ class SchedulerCore:
     def select_worker(self, req: Requirement) -> NodeAssignment:
         """Seed 002's ``select_worker``: where would this run now? Counts fallbacks like a real
         placement but holds no reservation (nothing will release it)."""
+        self.check_requirement(req)
         self.counters["select_worker_calls"] += 1
         d = place(self.fleet, req)
         if d.status == "placed" and d.fallback_levels > 0:
@@ -228,7 +242,11 @@ class SchedulerCore:
         """Grant (or renew) a client's lease for ``req``'s class: the slots it still has running
         (``holding``, node -> calls) stay reserved, and up to ``want`` more are placed by the engine.
         The previous grant under ``lease_id`` is replaced. Seeing no renewal for a few ticks, the
-        scheduler takes the lease back (``tick``)."""
+        scheduler takes the lease back (``tick``).
+
+        A grant is not a call: it counts in ``leases_granted`` only. The calls made under it count
+        where they run (``report_calls``), as a fallback when they ran below ``min_tier``."""
+        self.check_requirement(req)
         self._drop_lease(lease_id)
         allocations: list[Allocation] = []
         running: dict[str, int] = {}
@@ -246,18 +264,38 @@ class SchedulerCore:
             d = place(self.fleet, req)
             if d.status != "placed":
                 break
-            self._commit(d, track=False)
+            self.fleet.commit(d)
             allocations.append(d.allocation)
             granted[d.node_id] = granted.get(d.node_id, 0) + 1
             levels.setdefault(d.node_id, d)
-        slots = [LeaseSlot(n, running.get(n, 0) + k, levels[n].tier, levels[n].fallback_levels) for n, k in granted.items()]
-        slots += [LeaseSlot(n, 0) for n in running if n not in granted]
+        slots = [LeaseSlot(n, running.get(n, 0) + k, levels[n].tier, levels[n].fallback_levels, self.ray_gpus(n, req))
+                 for n, k in granted.items()]
+        slots += [LeaseSlot(n, 0, ray_gpus=self.ray_gpus(n, req)) for n in running if n not in granted]
         self._leases[lease_id] = _LeaseState(allocations, self.clock() + 2 * self.lease_ttl_s)
         for a in allocations:
             self._track(a)
         self.counters["leases_granted"] += 1
         spill, via = self.spill_target(req)
         return LeaseGrant(lease_id, tuple(slots), spill, self.lease_ttl_s, via)
+
+    def grant_lease(self, lease_id: str, req: Requirement, holding: dict[str, int] | None = None, want: int = 64,
+                    release: Iterable[str] = ()) -> tuple[LeaseGrant, list[Instruction]]:
+        """A client's lease request as the scheduler receives it: give back its idle leases
+        (``release``), then grant or renew ``lease_id`` (``lease``). A hard requirement that no node
+        of its pool serves at all raises ``CapacityError`` (waiting would not help; seed 002 says
+        it hard-fails), as ``place`` does. Returns the grant and what the releases let run."""
+        self.check_requirement(req)
+        out: list[Instruction] = []
+        for idle in release:
+            if idle != lease_id:
+                out.extend(self.end_lease(idle))
+        grant = self.lease(lease_id, req, holding, want)
+        if not grant.slots and grant.spill is None and req.hard and not self.any_node_serves(req.min_tier, req.pool):
+            self._drop_lease(lease_id)
+            self.counters["placements_failed"] += 1
+            raise CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
+                                requirement=repr(req), reason="no node serves the tier")
+        return grant, out
 
     def end_lease(self, lease_id: str) -> list[Instruction]:
         """A client gave its lease back (nothing of it runs any more)."""
@@ -266,8 +304,12 @@ class SchedulerCore:
         return []
 
     def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
-        """Calls clients placed under their leases since their last report (seed 002's counters)."""
+        """Calls that ran under leases (on a leased slot or spilled) since their workers' last
+        report, and how many of them ran below their ``min_tier`` (seed 002's counters): each call
+        counts once, where it ran, like a call the scheduler placed itself."""
         self.counters["calls_reported"] += placed
+        self.counters["placements_attempted"] += placed
+        self.counters["placements_succeeded"] += placed
         self.counters["call_reports"] += 1
         self.counters["fallbacks"] += fallbacks
 
@@ -294,14 +336,19 @@ class SchedulerCore:
         allowed = [t for t in TIERS_BEST_FIRST if t >= lowest]
         usable, excluded = [], []
         for r in self.fleet.records():
-            if r.capabilities.tier < lowest:
+            if r.label_tier < lowest:
                 continue  # its Ray label is outside the selector already
+            # A demoted node's label still says its old tier: it is left out by id even where its new
+            # tier is inside the floor, since a spilled call learns its fallback from that label.
             ok = (r.status is NodeStatus.ACTIVE and not r.cordoned and not r.flap_held and not r.unhealthy
-                  and r.tier >= lowest and not r.launching and r.slots > 0)
+                  and r.tier == r.label_tier and not r.launching and r.slots > 0)
             if ok:
                 usable.append(r)
             else:
                 excluded.append(r.node_id)
+        # Raylets Ray runs that the fleet does not hold (offline by missed heartbeats while Ray
+        # still sees them, not yet registered, collected): their labels match, their ids must not.
+        excluded += [n for n, t in self._outsiders.items() if t >= lowest and n not in self.fleet]
         if not usable or len(excluded) > 64:
             return None, None
         selector = {"fabric.io/tier": f"in({','.join(t.value for t in allowed)})"}
@@ -363,6 +410,25 @@ class SchedulerCore:
                 self.counters["work_lost_with_node"] += 1
         self._drains.pop(node_id, None)
         return []
+
+    def ray_gpus(self, node_id: str, req: Requirement) -> float:
+        """GPUs a call of ``req`` asks Ray for on ``node_id``: its ``num_gpus`` on a node with CUDA
+        devices (those are what the node declared to Ray, ``NodeCapabilities.ray_gpus``), so Ray
+        reserves them and sets ``CUDA_VISIBLE_DEVICES``; 0 elsewhere (a VA-API GPU is the engine's
+        to account for: asking Ray would leave the call unschedulable there)."""
+        if not req.num_gpus or node_id not in self.fleet:
+            return 0.0
+        return float(req.num_gpus) if self.fleet.node(node_id).capabilities.ray_gpus else 0.0
+
+    def _assignment(self, d: Decision, req: Requirement) -> NodeAssignment:
+        a = NodeAssignment.from_decision(d, reserved=True)
+        gpus = self.ray_gpus(a.node_id, req) if a.node_id else 0.0
+        return replace(a, ray_gpus=gpus) if gpus else a
+
+    def ray_outsiders(self, nodes: dict[str, ComputeTier]) -> None:
+        """Ray's alive raylets with a fabric tier label that the fleet does not hold, and the tier
+        their labels say: whatever routes by label must leave them out (``spill_target``)."""
+        self._outsiders = dict(nodes)
 
     def cordon(self, node_id: str) -> None:
         """No new placements on the node; running work is left alone."""
@@ -432,7 +498,7 @@ class SchedulerCore:
             if d.status == "placed":
                 self._commit(d)
                 self._queued.pop(q.request_id, None)
-                out.append(Placed(q.request_id, NodeAssignment.from_decision(d, reserved=True)))
+                out.append(Placed(q.request_id, self._assignment(d, q.requirement)))
             else:
                 failed_classes.add(key)
                 keep.append(q)

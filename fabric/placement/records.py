@@ -89,6 +89,10 @@ class NodeRecord:
     """Pool tier (None: the pool's fixed tier, resolved by the ``FleetView``)."""
     launching: bool = False
     """A node still coming up (provisioned, not yet booted): placeable, ranked below booted ones."""
+    label_tier: ComputeTier | None = None
+    """The tier the node's Ray label says (``fabric.io/tier``, fixed when its raylet started).
+    None: the tier its capabilities serve. A demoted node keeps its old label, so whatever routes
+    by label (the spill selector) must exclude it by node id."""
 
     # -- derived at build time (not part of the public data) -------------------------------
     _rank: int = field(init=False, repr=False, compare=False)
@@ -113,6 +117,10 @@ class NodeRecord:
             s(self, "tier", hw_tier)
         else:
             s(self, "tier", ComputeTier.parse(self.tier))
+        if self.label_tier is None:
+            s(self, "label_tier", hw_tier)
+        elif not isinstance(self.label_tier, ComputeTier):
+            s(self, "label_tier", ComputeTier.parse(self.label_tier))
         if not isinstance(self.status, NodeStatus):
             s(self, "status", NodeStatus(self.status))
         cap = self.utilization_cap

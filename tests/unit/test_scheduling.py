@@ -246,8 +246,10 @@ def test_spill_selector_respects_floor_wait_and_what_labels_cannot_say(core):
     assert selector(APU_DOWN_TO_CPU.replace(capabilities=("arch:aarch64",))) is None
     core.node_lost("cuda")
     assert selector(Requirement(min_tier="gpu_cuda", fallback=False)) is None  # nothing left to spill to
-    core.node_changed("apu", tier=ComputeTier.CPU_FFMPEG)  # demoted below the wait level: excluded there
+    # demoted below the wait level, as a re-probe does it (new capabilities; its Ray label keeps gpu_apu)
+    core.node_changed("apu", capabilities=caps("cpu_ffmpeg", name="apu"), tier=ComputeTier.CPU_FFMPEG)
     assert selector(wait) is None
+    assert selector(APU_DOWN_TO_CPU)["ray.io/node-id"] == "!in(apu)"  # its label would still match: left out by id
 
 
 def test_spilled_calls_go_first_to_the_node_the_tier_preference_ranks_first(core):
