@@ -48,12 +48,9 @@ class RayAdapter:
     def current_node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def session_dir(self) -> Path:
-        """This node's Ray session directory (``/tmp/ray/session_...``): a fresh one per cluster."""
-        node = ray._private.worker._global_node  # no public accessor in Ray 2.60
-        if node is not None:
-            return Path(node.get_session_dir_path())
-        return Path(ray._private.utils.get_ray_temp_dir()) / "session_latest"
+    def gcs_address(self) -> str:
+        """The cluster's GCS address (``host:port``): the same after a head restart on the same port."""
+        return str(ray.get_runtime_context().gcs_address)
 
     def get_actor(self, name: str) -> Any | None:
         try:

@@ -146,9 +146,12 @@ class Registry:
             if record is None:
                 continue  # not registered yet (or already collected): nothing to update
             update: dict[str, Any] = {}
-            if event.status is not None and event.status is not record.status:
-                check_transition(f"node {event.node_id[:12]} ({record.name})", record.status, event.status)
-                update.update(status=event.status, status_since=event.at)
+            target = event.status
+            if target is NodeStatus.ACTIVE and record.drained:
+                target = NodeStatus.DRAINING  # back from a partition: the operator's drain still holds
+            if target is not None and target is not record.status:
+                check_transition(f"node {event.node_id[:12]} ({record.name})", record.status, target)
+                update.update(status=target, status_since=event.at)
             if isinstance(event, NodeFlapHeld):
                 update["held_until"] = event.until
             elif isinstance(event, NodeFlapReleased):
@@ -158,6 +161,21 @@ class Registry:
             if update:
                 self.store.upsert(record.model_copy(update=update))
                 changed += 1
+        return changed
+
+    def reconcile_with_ray(self) -> list[str]:
+        """On start (a new head on the same store, a restarted registry): a record Ray does not
+        know alive becomes ``offline``, never stays ``active``/``draining``; the health monitor
+        then times its drain grace. Returns the node ids changed."""
+        alive = {n.node_id for n in self.adapter.list_nodes() if n.alive}
+        now = self.clock()
+        changed = []
+        for record in self.store.list([NodeStatus.ACTIVE, NodeStatus.DRAINING]):
+            if record.node_id in alive:
+                continue
+            status = check_transition(f"node {record.node_id[:12]} ({record.name})", record.status, NodeStatus.OFFLINE)
+            self.store.upsert(record.model_copy(update={"status": status, "status_since": now}))
+            changed.append(record.node_id)
         return changed
 
     def health_inputs(self) -> dict[str, dict[str, Any]]:
@@ -192,6 +210,8 @@ class Registry:
         (seed 000: uncordon withdraws a drain)."""
         record = self.record(node)
         update: dict[str, Any] = {"cordoned": bool(cordoned)}
+        if not cordoned:
+            update["drained"] = False
         if not cordoned and record.status is NodeStatus.DRAINING:
             update["status"] = check_transition(f"node {record.node_id[:12]} ({record.name})", record.status, NodeStatus.ACTIVE)
             update["status_since"] = self.clock()
@@ -202,7 +222,7 @@ class Registry:
     def mark_draining(self, node: str) -> RegistryRecord:
         record = self.record(node)
         status = check_transition(f"node {record.node_id[:12]} ({record.name})", record.status, NodeStatus.DRAINING)
-        record = record.model_copy(update={"status": status, "status_since": self.clock(), "cordoned": True})
+        record = record.model_copy(update={"status": status, "status_since": self.clock(), "cordoned": True, "drained": True})
         self.store.upsert(record)
         return record
 
@@ -213,10 +233,17 @@ class Registry:
         self.store.put_json(key, value)
 
 
-def default_store_path(adapter: RayAdapter) -> Path:
-    """``<session dir>/fabric/fabric.db`` on the head node: fresh per cluster, found again by a
-    restarted registry on the same cluster."""
-    return adapter.session_dir() / "fabric" / "fabric.db"
+def default_store_path(gcs_address: str, environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/adaptive-fabric/clusters/<head address>/fabric.db`` (``~/.local/share`` without
+    ``XDG_DATA_HOME``) on the head node. Keyed by the head's GCS address, which a restarted head
+    keeps (``ray start --head --port``), so the records outlive a head restart; Ray's session
+    directory would not (a new head starts a new session)."""
+    import os
+
+    env = os.environ if environ is None else environ
+    base = Path(env.get("XDG_DATA_HOME") or Path(env.get("HOME") or Path.home()) / ".local" / "share")
+    key = "".join(c if c.isalnum() or c in ".-" else "-" for c in gcs_address) or "local"
+    return base / "adaptive-fabric" / "clusters" / key / "fabric.db"
 
 
 @ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)
@@ -226,14 +253,16 @@ class RegistryActor:
 
     def __init__(self, store_path: str | None = None) -> None:
         adapter = RayAdapter()
-        path = Path(store_path) if store_path else default_store_path(adapter)
+        path = Path(store_path).expanduser() if store_path else default_store_path(adapter.gcs_address())
         self.registry = Registry(FabricStore(path), adapter)
+        self.reconciled = self.registry.reconcile_with_ray()
         self.started_at = time.time()
 
     async def ping(self) -> dict[str, Any]:
         import os
 
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "started_at": self.started_at, "store": str(self.registry.store.path),
+                "reconciled_offline": list(self.reconciled),
                 "recovered_from": str(self.registry.store.recovered_from) if self.registry.store.recovered_from else None}
 
     async def register(self, node_id: str, capabilities: Any, utilization: Any = None) -> RegistryRecord:

@@ -204,7 +204,9 @@ class StoreSettings(_Model):
     kind: Literal["sqlite"] = "sqlite"
     """Store backend; SQLite (WAL) on the head node. A server database is a later option."""
     path: str | None = None
-    """SQLite file; None puts ``fabric.db`` under the Ray session directory of the head node."""
+    """SQLite file; None: ``~/.local/share/adaptive-fabric/clusters/<head address>/fabric.db`` on the
+    head node (``$XDG_DATA_HOME`` when set), a stable per-cluster path that outlives a head restart
+    on the same address (Ray's session directory would not)."""
 
 
 class NodeOverride(_Model):

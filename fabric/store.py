@@ -114,6 +114,9 @@ class RegistryRecord(_Model):
     """The recording the node's probe reads (``live`` when none)."""
     cordoned: bool = False
     """No new placements (operator cordon or drain)."""
+    drained: bool = False
+    """An operator drain is in force: a node that comes back from ``offline`` (a partition) returns
+    to ``draining``, not ``active``. Only an uncordon withdraws it."""
 
     @property
     def limitations(self) -> tuple[str, ...]:
@@ -134,7 +137,20 @@ class RegistryRecord(_Model):
             tier=self.capabilities.tier, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
             cordoned=self.cordoned, flap_held=self.flap_held(now), max_concurrent_tasks=max_concurrent_tasks,
             zone=labels.get("fabric.io/zone"), pool=labels.get("fabric.io/pool"), pool_tier=labels.get("fabric.io/pool-tier"),
+            label_tier=_label_tier(labels.get("fabric.io/tier")),
         )
+
+
+def _label_tier(value: str | None) -> Any:
+    """The compute tier a ``fabric.io/tier`` label names, or None (no label, or not a tier)."""
+    from fabric.tiers import ComputeTier
+
+    if not value:
+        return None
+    try:
+        return ComputeTier.parse(value)
+    except ValueError:
+        return None
 
 
 class FabricStore:
