@@ -28,6 +28,7 @@ from fabric.errors import (
     ProbeError,
     RegistrationError,
     RequirementError,
+    SchedulerUnavailableError,
     SettingsError,
     SettingsProblem,
     TransitionError,
@@ -67,6 +68,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CapacityError", "ComputeTier", "FabricError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
     "GpuInfo", "GpuVendor", "Limitations", "NodeCapabilities", "NodeNotFoundError", "ProbeError",
-    "RegistrationError", "RequirementError", "SettingsError", "SettingsProblem", "StorageInfo",
+    "RegistrationError", "RequirementError", "SchedulerUnavailableError", "SettingsError", "SettingsProblem", "StorageInfo",
     "StorageKind", "TailnetInfo", "TransitionError", *_LAZY,
 ]

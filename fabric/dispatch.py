@@ -33,7 +33,7 @@ from ray import cloudpickle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fabric import names
-from fabric.errors import CapacityError
+from fabric.errors import CapacityError, FabricError, SchedulerUnavailableError
 from fabric.scheduling import LeaseGrant, NodeAssignment
 from fabric.tiers import TIERS_BEST_FIRST, ComputeTier
 
@@ -79,16 +79,21 @@ def wrap_for_fabric(fn: Callable) -> Callable:
     return run
 
 
-def wrap_for_spill(fn: Callable, min_rank: int, name: str) -> Callable:
-    """The function Ray runs for a spilled call (queued by Ray for the floor set): it refuses to
-    start past its queue deadline, and counts a fallback when its node is below ``min_rank``."""
+def wrap_counted(fn: Callable, min_rank: int, name: str) -> Callable:
+    """The function Ray runs for a call under a lease, on a leased slot or spilled: it counts
+    itself where it runs (``SpillCounts``), as a fallback when it ran below ``min_rank``, so each
+    call counts once whichever path it took. ``__fabric_meta`` is ``(deadline, fallback)``:
+    a spilled call (queued by Ray for the floor set) carries its queue deadline and refuses to start
+    past it, and learns its fallback from its node's tier label; a call on a leased slot carries no
+    deadline and the fallback of its slot's level (the engine's, which knows a demoted node)."""
 
-    def run(__fabric_deadline, *args, **kwargs):
+    def run(__fabric_meta, *args, **kwargs):
+        deadline, fallback = __fabric_meta
         now = time.time()
-        if now > __fabric_deadline:
+        if deadline is not None and now > deadline:
             raise CapacityError(f"{name}: queued past its queue timeout before a node inside its floor took it",
                                 reason="queue timeout")
-        _count_spill(min_rank, now)
+        _count_call(min_rank, fallback, now)
         return fn(*args, **kwargs)
 
     run.__name__ = getattr(fn, "__name__", "adaptive_task")
@@ -97,7 +102,7 @@ def wrap_for_spill(fn: Callable, min_rank: int, name: str) -> Callable:
 
 
 class SpillCounts:
-    """A worker's spilled calls (and fallbacks among them) not yet reported to the scheduler.
+    """A worker's calls under leases (and fallbacks among them) not yet reported to the scheduler.
 
     Every report is an actor call, which costs this machine about a third of a tiny task's CPU,
     so a worker reports once it has gone quiet (no spilled call for ``QUIET_S``: the burst is
@@ -134,17 +139,20 @@ _spill_flusher: threading.Thread | None = None
 _node_rank: int | None = None
 
 
-def _count_spill(min_rank: int, now: float) -> None:
-    """Count a spilled call (a fallback when this node is below ``min_rank``); a daemon thread
-    reports the counts to the scheduler (see ``SpillCounts``)."""
+def _count_call(min_rank: int, fallback: bool | None, now: float) -> None:
+    """Count a call under a lease (``fallback`` given, or, when None, a fallback when this node's
+    tier label is below ``min_rank``); a daemon thread reports the counts to the scheduler (see
+    ``SpillCounts``)."""
     global _spill_flusher, _node_rank
-    if _node_rank is None:
-        try:
-            _node_rank = ComputeTier.parse(ray.get_runtime_context().get_node_labels().get(names.TIER_LABEL, "relay")).rank
-        except Exception:
-            _node_rank = 0
+    if fallback is None:
+        if _node_rank is None:
+            try:
+                _node_rank = ComputeTier.parse(ray.get_runtime_context().get_node_labels().get(names.TIER_LABEL, "relay")).rank
+            except Exception:
+                _node_rank = 0
+        fallback = _node_rank < min_rank
     with _worker_lock:
-        _spill_counts.count(_node_rank < min_rank, now)
+        _spill_counts.count(fallback, now)
         if _spill_flusher is None:
             _spill_flusher = threading.Thread(target=_flush_spill_counts, name="fabric-spill-counts", daemon=True)
             _spill_flusher.start()
@@ -171,18 +179,24 @@ def tier_selector(req: "Requirement") -> dict[str, str]:
     return {names.TIER_LABEL: f"in({','.join(tiers)})"}
 
 
+def base_options(req: "Requirement", max_retries: int, name: str, gpus: float = 0.0) -> dict[str, Any]:
+    """The Ray options every call of ``req`` carries, whichever path it takes: one ``fabric.slots``
+    (so Ray never runs more calls on a node than its slots), its CPUs and memory, and ``gpus``:
+    the GPUs the scheduler says to ask Ray for on the chosen node (``SchedulerCore.ray_gpus``), so
+    Ray reserves those devices (never double-books one) and sets the call's ``CUDA_VISIBLE_DEVICES``."""
+    opts: dict[str, Any] = {"resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus,
+                            "max_retries": max_retries, "retry_exceptions": False, "name": name}
+    if req.memory_mib:
+        opts["memory"] = int(req.memory_mib * 1024 * 1024)
+    if gpus:
+        opts["num_gpus"] = gpus
+    return opts
+
+
 def task_options(assignment: NodeAssignment, req: "Requirement", max_retries: int, name: str) -> dict[str, Any]:
     """Ray options that put one call on its assigned node (see the module docstring)."""
-    return {
-        "scheduling_strategy": NodeAffinitySchedulingStrategy(assignment.node_id, soft=True),
-        "label_selector": tier_selector(req),
-        "resources": {names.SLOTS_RESOURCE: 1},
-        "num_cpus": req.num_cpus,
-        "memory": int(req.memory_mib * 1024 * 1024) if req.memory_mib else None,
-        "max_retries": max_retries,
-        "retry_exceptions": False,
-        "name": name,
-    }
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(assignment.node_id, soft=True),
+            "label_selector": tier_selector(req), **base_options(req, max_retries, name, assignment.ray_gpus)}
 
 
 def remote_for(fn: Callable, cache: dict):
@@ -193,23 +207,28 @@ def remote_for(fn: Callable, cache: dict):
     return rf
 
 
-def spill_remote_for(fn: Callable, cache: dict, min_rank: int, name: str):
-    """The Ray remote function for spilled calls of ``fn`` at ``min_rank`` (built once each)."""
-    key = ("spill", min_rank, name)
+def counted_remote_for(fn: Callable, cache: dict, min_rank: int, name: str):
+    """The Ray remote function for calls of ``fn`` under a lease at ``min_rank`` (built once each)."""
+    key = ("counted", min_rank, name)
     rf = cache.get(key)
     if rf is None:
-        rf = cache[key] = ray.remote(wrap_for_spill(fn, min_rank, name))
+        rf = cache[key] = ray.remote(wrap_counted(fn, min_rank, name))
     return rf
 
 
 def launch(fn: Callable, cache: dict, assignment: NodeAssignment, req: "Requirement", args: tuple, kwargs: dict,
            max_retries: int, name: str):
     """Submit one call to its assigned node; returns the task's ObjectRef."""
-    opts = {k: v for k, v in task_options(assignment, req, max_retries, name).items() if v is not None}
+    opts = task_options(assignment, req, max_retries, name)
     return remote_for(fn, cache).options(**opts).remote(assignment.allocation_id, *args, **kwargs)
 
 
 # -- in the caller ------------------------------------------------------------------------------------
+ANSWER_TIMEOUT_S = 10.0
+"""How long a caller waits for the scheduler's answer (a lease, a placement) before
+``SchedulerUnavailableError``. It answers in milliseconds; a restart takes a second or two."""
+
+
 class _Connection:
     """This process's handles on the fabric's actors (looked up once, brought up if missing)."""
 
@@ -221,6 +240,7 @@ class _Connection:
         self.leases: dict[tuple, _Lease] = {}
         self.client_id = uuid.uuid4().hex[:12]
         self.queue_timeout_s = 300.0
+        self.answer_timeout_s = ANSWER_TIMEOUT_S
 
     def ensure(self):
         # Handles belong to one connection: after ray.shutdown() and a new ray.init() (a new
@@ -245,7 +265,13 @@ class _Connection:
                     disp = ray.get_actor(names.DISPATCHER, namespace=names.NAMESPACE)
                 self.dispatcher = disp
                 self.leases = {}
-                self.queue_timeout_s = float(ray.get(sched.queue_timeout_s.remote()))
+                try:
+                    self.queue_timeout_s = float(ray.get(sched.queue_timeout_s.remote(), timeout=self.answer_timeout_s))
+                except ray.exceptions.GetTimeoutError:
+                    raise SchedulerUnavailableError(
+                        f"the fabric's scheduler did not answer within {self.answer_timeout_s:g} s "
+                        "(is the scheduler actor alive? see `fabric status`)", waited_s=self.answer_timeout_s,
+                        what="connect") from None
                 self.scheduler = sched
         return self
 
@@ -286,7 +312,7 @@ class _Lease:
     into use when it arrives; a call waits for it only when the tick has run out first. A grant is
     used for at most one tick from the moment it was asked for."""
 
-    __slots__ = ("lease_id", "grant", "expires", "renew_at", "renewal", "renewal_seq", "arrived_seq", "order", "capacity",
+    __slots__ = ("lease_id", "grant", "expires", "renew_at", "renewal", "renewal_seq", "arrived_seq", "order", "capacity", "fallback",
                  "running", "finished", "in_flight", "bound", "spill", "lock", "peak", "spilled", "last_spill", "spill_seq",
                  "last_spill_at", "done_seq", "armed_seq", "next_spill_check", "last_call_at")
 
@@ -310,6 +336,8 @@ class _Lease:
         self.arrived_seq = 0
         self.order: list[str] = []
         self.capacity: dict[str, int] = {}
+        self.fallback: dict[str, bool] = {}
+        """Per leased node: whether its slots sit below ``min_tier`` (a call there is a fallback)."""
         self.running: dict[str, int] = {}
         """This client's calls in flight per leased node (kept across renewals)."""
         self.bound: dict[str, Any] = {}
@@ -433,7 +461,7 @@ class _Lease:
         Callbacks still on their way land in the old bookkeeping, which is dropped."""
         self.grant = self.renewal = None
         self.expires = self.renew_at = 0.0
-        self.order, self.capacity, self.running = [], {}, {}
+        self.order, self.capacity, self.running, self.fallback = [], {}, {}, {}
         self.finished, self.in_flight = collections.deque(), {}
         self.spill = self.last_spill = None
         self.done_seq = self.armed_seq = self.spill_seq
@@ -449,31 +477,39 @@ class _Lease:
     def renewal_arrived(self) -> bool:
         return self.renewal is not None and self.arrived_seq == self.renewal_seq
 
-    def take_renewal(self, rf, spill_rf, req: "Requirement", max_retries: int, name: str) -> None:
-        """Take the grant asked for into use (waiting for it if it has not arrived)."""
-        ref, self.renewal = self.renewal, None
-        self.install(ray.get(ref), rf, spill_rf, req, max_retries, name, self.renew_at)
+    def take_renewal(self, counted_rf, req: "Requirement", max_retries: int, name: str, timeout_s: float) -> None:
+        """Take the grant asked for into use, waiting for it if it has not arrived, at most
+        ``timeout_s``: past that ``SchedulerUnavailableError`` (a hung scheduler must not hang
+        every caller's ``.remote()``); the request stays asked, so the next call may still take it."""
+        try:
+            grant = ray.get(self.renewal, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise SchedulerUnavailableError(
+                f"{name}: the fabric's scheduler did not answer a lease request within {timeout_s:g} s; "
+                "the call was not submitted (is the scheduler actor alive? see `fabric status`)",
+                waited_s=timeout_s, what="lease") from None
+        self.renewal = None
+        self.install(grant, counted_rf, req, max_retries, name, self.renew_at)
 
-    def install(self, grant: LeaseGrant, rf, spill_rf, req: "Requirement", max_retries: int, name: str,
+    def install(self, grant: LeaseGrant, counted_rf, req: "Requirement", max_retries: int, name: str,
                 asked_at: float) -> None:
         self.grant = grant
         self.expires = asked_at + grant.ttl_s
         self.renew_at = asked_at + grant.ttl_s * self.RENEW_AT
         self.order = [s.node_id for s in grant.slots if s.capacity > 0]
         self.capacity = {s.node_id: s.capacity for s in grant.slots}
-        base = {"resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus, "max_retries": max_retries,
-                "retry_exceptions": False, "name": name}
-        if req.memory_mib:
-            base["memory"] = int(req.memory_mib * 1024 * 1024)
+        self.fallback = {s.node_id: s.fallback_levels > 0 for s in grant.slots}
+        gpus = {s.node_id: s.ray_gpus for s in grant.slots}
         floor_sel = tier_selector(req)
-        self.bound = {n: self.bound.get(n) or rf.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=True),
-                                                          label_selector=floor_sel, **base)
+        self.bound = {n: self.bound.get(n) or counted_rf.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=True),
+                                                                  label_selector=floor_sel,
+                                                                  **base_options(req, max_retries, name, gpus[n]))
                       for n in self.order}
         self.spill = None
         if grant.spill:
             via = {} if grant.spill_via is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(
                 grant.spill_via, soft=True, _spill_on_unavailable=True)}
-            self.spill = spill_rf.options(label_selector=grant.spill, **via, **base)
+            self.spill = counted_rf.options(label_selector=grant.spill, **via, **base_options(req, max_retries, name))
         self.peak = 0
         self.spilled = 0
 
@@ -517,9 +553,8 @@ def _lease_for(conn: "_Connection", af: "AdaptiveFunction", req: "Requirement", 
             if lease.renewal is None and now >= lease.renew_at:
                 lease.ask_renewal(conn.scheduler, req, now, _release_idle(conn, now, keep=lease))
             if lease.renewal is not None and (lease.renewal_arrived() or now >= lease.expires):
-                lease.take_renewal(remote_for(af.function, af._remote_cache),
-                                   spill_remote_for(af.function, af._remote_cache, req.min_tier.rank, af.task_name),
-                                   req, af.dispatch.max_retries, af.task_name)
+                lease.take_renewal(counted_remote_for(af.function, af._remote_cache, req.min_tier.rank, af.task_name),
+                                   req, af.dispatch.max_retries, af.task_name, conn.answer_timeout_s)
     return lease
 
 
@@ -533,7 +568,7 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
         try:
             lease = _lease_for(conn, af, req, now)
         except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, CapacityError):
+            if isinstance(exc.cause, FabricError):
                 raise exc.cause from None
             raise
         with lease.lock:
@@ -541,11 +576,11 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
             where = lease.route(now, opts.on_no_capacity == "queue")
             if where == SPILL:
                 timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else conn.queue_timeout_s
-                ref = lease.spill.remote(time.time() + timeout, *args, **kwargs)
+                ref = lease.spill.remote((time.time() + timeout, None), *args, **kwargs)
                 lease.spilled_call(ref, now)
                 return ref
             if where is not None:
-                ref = lease.bound[where].remote(None, *args, **kwargs)
+                ref = lease.bound[where].remote((None, lease.fallback[where]), *args, **kwargs)
                 lease.started(where, ref)
                 return ref
     return _submit_placed(conn, af, req, opts, args, kwargs)
@@ -554,9 +589,15 @@ def submit(af: "AdaptiveFunction", args: tuple, kwargs: dict):
 def _submit_placed(conn, af: "AdaptiveFunction", req: "Requirement", opts, args: tuple, kwargs: dict):
     """The per-call path: the scheduler reserves a slot (or queues the call in the dispatcher)."""
     try:
-        assignment: NodeAssignment = ray.get(conn.scheduler.place_task.remote(req, _release_idle(conn, time.monotonic())))
+        assignment: NodeAssignment = ray.get(conn.scheduler.place_task.remote(req, _release_idle(conn, time.monotonic())),
+                                             timeout=conn.answer_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise SchedulerUnavailableError(
+            f"{af.task_name}: the fabric's scheduler did not answer a placement within {conn.answer_timeout_s:g} s; "
+            "the call was not submitted (is the scheduler actor alive? see `fabric status`)",
+            waited_s=conn.answer_timeout_s, what="place") from None
     except ray.exceptions.RayTaskError as exc:  # the actor raised: hand back our own error, clean
-        if isinstance(exc.cause, CapacityError):
+        if isinstance(exc.cause, FabricError):
             raise exc.cause from None
         raise
     if assignment.status == "assigned":

@@ -96,6 +96,17 @@ class CapacityError(FabricError):
         return (_rebuild_kw, (CapacityError, self.message, self._data))
 
 
+class SchedulerUnavailableError(FabricError):
+    """The scheduler did not answer a caller within ``waited_s`` (hung, overloaded, or gone and not
+    back): the call was not submitted, so nothing of it runs."""
+
+    def __init__(self, message: str, *, waited_s: float | None = None, what: str = "") -> None:
+        super().__init__(message, waited_s=waited_s, what=what)
+
+    def __reduce__(self):
+        return (_rebuild_kw, (SchedulerUnavailableError, self.message, self._data))
+
+
 class ProbeError(FabricError):
     """A probe source could not be read in a way that is not simply "absent" (a bad recording path)."""
 

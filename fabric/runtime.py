@@ -19,6 +19,7 @@ from importlib import import_module
 from typing import Any, Iterable
 
 from fabric.errors import NodeNotFoundError, SettingsConflictError, SettingsError
+from fabric.names import SLOTS_RESOURCE
 from fabric.settings import FabricSettings
 
 NAMESPACE = "fabric"
@@ -144,6 +145,23 @@ def down(timeout_s: float = 30.0) -> list[str]:
     return stopped
 
 
+def running_calls(ray: Any) -> dict[str, int]:
+    """Per alive node id: ``fabric.slots`` in use (total minus available, from Ray's GCS)."""
+    from ray._private import state  # Ray 2.60 has no public per-node *available* view
+
+    try:
+        total = state.total_resources_per_node()
+        available = state.available_resources_per_node()
+    except Exception:  # GCS briefly away: running counts are best effort
+        return {}
+    out = {}
+    for node_id, res in total.items():
+        slots = res.get(SLOTS_RESOURCE, 0.0)
+        if slots:
+            out[node_id] = max(0, int(round(slots - available.get(node_id, {}).get(SLOTS_RESOURCE, 0.0))))
+    return out
+
+
 class FabricHandle:
     """A driver's view of the running fabric. Cheap to create; every call asks the actors."""
 
@@ -165,8 +183,8 @@ class FabricHandle:
         return self._get(self._actor(REGISTRY).records.remote(None if statuses is None else list(statuses)))
 
     def nodes(self, statuses: Iterable[str] | None = None) -> list[Any]:
-        """Every node the registry holds, as ``fabric.placement.NodeRecord`` (with ``running``
-        from the scheduler when it is up)."""
+        """Every node the registry holds, as ``fabric.placement.NodeRecord``, with ``running``: the
+        fabric calls running there now."""
         running = self._running()
         now = time.time()
         return [r.to_node_record(now, running=running.get(r.node_id, 0)) for r in self.records(statuses)]
@@ -197,13 +215,11 @@ class FabricHandle:
         return _get_actor(SCHEDULER)
 
     def _running(self) -> dict[str, int]:
-        sched = self._scheduler()
-        if sched is None:
-            return {}
-        try:
-            return {r.node_id: int(getattr(r, "running", 0)) for r in self._get(sched.nodes.remote())}
-        except Exception:  # the scheduler restarting: running counts are best effort
-            return {}
+        """Fabric calls running now per node, as Ray counts them: every call (leased, spilled, or
+        placed by the scheduler) holds one ``fabric.slots`` while it runs, so a node's slots in use
+        are exactly its running calls. Not the scheduler's reservations: a lease reserves slots
+        whether or not a call uses them."""
+        return running_calls(_ray())
 
     def select_worker(self, req: Any) -> Any:
         return self._get(self._actor(SCHEDULER).select_worker.remote(req))

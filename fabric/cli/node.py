@@ -94,7 +94,7 @@ def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_por
         argv += ["--head"] + ([f"--port={head_port}"] if head_port else [])
     else:
         argv += [f"--address={address}"]
-    argv += [f"--num-cpus={caps.limitations.max_concurrent_tasks}",
+    argv += [f"--num-cpus={caps.limitations.max_concurrent_tasks}", f"--num-gpus={caps.ray_gpus}",
              f"--resources={json.dumps(caps.to_ray_resources(), sort_keys=True, separators=(',', ':'))}",
              f"--labels={','.join(f'{k}={v}' for k, v in sorted(labels.items()))}"]
     argv += list(extra)

@@ -57,10 +57,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def ray_start_args(caps: NodeCapabilities, *, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None) -> str:
-    """``--resources='{...}' --labels='k=v,...'`` for ``ray start`` (Ray 2.60's label string format)."""
+    """``--num-gpus=N --resources='{...}' --labels='k=v,...'`` for ``ray start`` (Ray 2.60's label
+    string format). The GPU count is the CUDA devices the probe found (``ray_gpus``), so Ray
+    reserves them for work that asks for GPUs and sets its ``CUDA_VISIBLE_DEVICES``."""
     resources = json.dumps(caps.to_ray_resources(), sort_keys=True)
     labels = ",".join(f"{k}={v}" for k, v in sorted(caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone).items()))
-    return f"--resources={shlex.quote(resources)} --labels={shlex.quote(labels)}"
+    return f"--num-gpus={caps.ray_gpus} --resources={shlex.quote(resources)} --labels={shlex.quote(labels)}"
 
 
 def _probe(args: argparse.Namespace, source: str | None) -> NodeCapabilities:

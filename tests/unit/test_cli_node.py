@@ -90,7 +90,8 @@ def test_build_ray_start_is_pure():
     caps = NodeCapabilities(name="n", cpu_logical=4, cpu_physical=2, cpu_usable=4, memory_mib=8192)
     argv, env = build_ray_start(caps, ray="/x/ray", address="h:1", profile="p")
     assert argv[:3] == ["/x/ray", "start", "--address=h:1"] and env == {}
-    assert json.loads(argv[4].split("=", 1)[1]) == caps.to_ray_resources()
+    assert argv[4] == "--num-gpus=0"  # the GPUs the probe found, none here: Ray must not guess its own
+    assert json.loads(argv[5].split("=", 1)[1]) == caps.to_ray_resources()
 
 
 class _Rec:

@@ -39,7 +39,7 @@ def lease(monkeypatch) -> _Lease:
     monkeypatch.setattr(dispatch, "_all_finished", lambda refs: all(r.done for r in refs))  # what ray.wait(timeout=0) says
     lease = _Lease("client:0")
     grant = LeaseGrant("client:0", (LeaseSlot(A, 1), LeaseSlot(B, 1)), SELECTOR, 1.0)
-    lease.install(grant, FakeRemote(), FakeRemote(), REQ, 3, "tiny", asked_at=0.0)
+    lease.install(grant, FakeRemote(), REQ, 3, "tiny", asked_at=0.0)
     return lease
 
 
@@ -55,13 +55,13 @@ class RecordingRemote:
 def test_spilled_calls_go_to_the_grants_spill_node_and_move_on_when_it_is_busy():
     spill_rf = RecordingRemote()
     lease = _Lease("client:0")
-    lease.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0, spill_via=B), FakeRemote(), spill_rf, REQ, 3,
+    lease.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0, spill_via=B), spill_rf, REQ, 3,
                   "tiny", asked_at=0.0)
     opts = spill_rf.options_seen[-1]
     assert opts["label_selector"] == SELECTOR and opts["resources"] == {"fabric.slots": 1}
     strategy = opts["scheduling_strategy"]
     assert (strategy.node_id, strategy.soft, strategy._spill_on_unavailable) == (B, True, True)
-    lease.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0), FakeRemote(), spill_rf, REQ, 3, "tiny", asked_at=0.0)
+    lease.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0), spill_rf, REQ, 3, "tiny", asked_at=0.0)
     assert "scheduling_strategy" not in spill_rf.options_seen[-1]  # no spill node named: the selector alone
 
 
@@ -122,7 +122,7 @@ def test_calls_that_may_not_spill_still_take_a_free_leased_slot(lease):
 
 def test_without_a_spill_selector_a_free_leased_slot_is_used(monkeypatch):
     lease = _Lease("client:1")
-    lease.install(LeaseGrant("client:1", (LeaseSlot(A, 1),), None, 1.0), FakeRemote(), FakeRemote(), REQ, 3, "tiny",
+    lease.install(LeaseGrant("client:1", (LeaseSlot(A, 1),), None, 1.0), FakeRemote(), REQ, 3, "tiny",
                   asked_at=0.0)
     lease.spilled_call(FakeRef(), 0.0)  # left from an earlier grant that had a selector
     assert lease.route(0.0, may_spill=True) == A
@@ -149,6 +149,7 @@ class FakeConnection:
         self.scheduler = FakeScheduler()
         self.leases: dict = {}
         self.client_id = "client"
+        self.answer_timeout_s = 10.0
 
 
 @pytest.fixture
@@ -158,7 +159,7 @@ def renewing(monkeypatch):
     grants: dict[int, LeaseGrant] = {}
     waited: list[FakeRef] = []
 
-    def fake_get(ref):
+    def fake_get(ref, timeout=None):
         if not ref.done:
             waited.append(ref)  # not answered yet: the scheduler answers with one slot on A
         return grants.get(id(ref)) or LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0)
@@ -297,7 +298,7 @@ def test_a_finished_call_whose_callback_lags_does_not_keep_the_lease(two_classes
     lagging.done = True  # the task has finished; its completion callback has not been delivered
     assert ask_for_other(conn, other, grant_next, 0.5) == ["client:0"]
     lagging.finish()  # delivered late: lands in the forgotten bookkeeping, not the next grant's
-    first.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0), FakeRemote(), FakeRemote(), REQ, 3,
+    first.install(LeaseGrant("client:0", (LeaseSlot(A, 1),), SELECTOR, 1.0), FakeRemote(), REQ, 3,
                   "tiny", asked_at=1.0)
     assert first.holding() == {} and first.route(1.0, may_spill=True) == A
 

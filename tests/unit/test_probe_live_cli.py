@@ -65,10 +65,11 @@ def test_cli_ray_start_args_parse_back(capsys, name):
     code, out, _ = run_cli(capsys, "--profile", name, "--ray-start-args", "--pool", "default", "--zone", "home lab")
     assert code == 0
     words = shlex.split(out)
-    assert [w.split("=", 1)[0] for w in words] == ["--resources", "--labels"]
-    resources = json.loads(words[0].split("=", 1)[1])
-    labels = parse_node_labels_string(words[1].split("=", 1)[1])
+    assert [w.split("=", 1)[0] for w in words] == ["--num-gpus", "--resources", "--labels"]
+    resources = json.loads(words[1].split("=", 1)[1])
+    labels = parse_node_labels_string(words[2].split("=", 1)[1])
     caps = probe_node(RecordedSources(profile_path(name)))
+    assert int(words[0].split("=", 1)[1]) == caps.ray_gpus == (1 if name == "gpu-cuda-workstation" else 0)
     assert resources == caps.to_ray_resources()
     assert labels == caps.to_ray_labels(pool="default", zone="home lab")
     assert labels["fabric.io/zone"] == "home-lab"
