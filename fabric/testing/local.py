@@ -14,6 +14,7 @@ clusters on the machine are left alone.
 from __future__ import annotations
 
 import atexit
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,7 +54,8 @@ def node_spec(profile: str, name: str | None = None, *, max_slots: int | None = 
         caps = probe_node(RecordedSources(profile_path(profile)), name=name, max_concurrent_tasks=max_slots)
     labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone)
     labels[PROFILE_LABEL] = profile
-    return {"num_cpus": caps.limitations.max_concurrent_tasks, "resources": caps.to_ray_resources(), "labels": labels}
+    return {"num_cpus": caps.limitations.max_concurrent_tasks, "num_gpus": caps.ray_gpus,
+            "resources": caps.to_ray_resources(), "labels": labels}
 
 
 def recording_node_spec(recording: str, name: str, *, max_slots: int | None = None, pool: str | None = None,
@@ -66,7 +68,7 @@ def recording_node_spec(recording: str, name: str, *, max_slots: int | None = No
     caps = probe_node(RecordedSources(path), name=name)
     if max_slots is not None and caps.limitations.max_concurrent_tasks > max_slots:
         caps = probe_node(RecordedSources(path), name=name, max_concurrent_tasks=max_slots)
-    return {"num_cpus": caps.limitations.max_concurrent_tasks, "resources": caps.to_ray_resources(),
+    return {"num_cpus": caps.limitations.max_concurrent_tasks, "num_gpus": caps.ray_gpus, "resources": caps.to_ray_resources(),
             "labels": caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone), "env_vars": {RECORDING_ENV: path}}
 
 
@@ -80,10 +82,16 @@ def _free_port() -> int:
 
 
 def _ensure_auth_token() -> None:
-    # ray.init() generates ~/.ray/auth_token for a new local cluster when token auth is on; a
-    # Cluster started without ray.init() must do the same or its GCS exits without a token.
-    from ray._private.authentication.authentication_token_setup import ensure_token_if_auth_enabled
+    """Token auth as ``ray.init()`` has it for a new local cluster: on unless ``RAY_AUTH_MODE`` says
+    otherwise (tests may set ``disabled`` explicitly), with ``~/.ray/auth_token`` generated when
+    missing. ``Cluster`` alone would start with auth off when the variable is unset, and a
+    cluster started without ``ray.init()`` must make the token itself or its GCS has none."""
+    from ray._private.authentication.authentication_token_setup import (
+        enable_token_auth_by_default,
+        ensure_token_if_auth_enabled,
+    )
 
+    enable_token_auth_by_default()  # sets RAY_AUTH_MODE=token for this process and its children when unset
     ensure_token_if_auth_enabled(None, create_token_if_missing=True)
 
 
@@ -109,6 +117,14 @@ class LocalFabric:
         from ray.cluster_utils import Cluster
 
         self.settings = FabricSettings.load(settings)
+        self._store_dir: tempfile.TemporaryDirectory | None = None
+        if self.settings.store.path is None:
+            # Each LocalFabric gets a store of its own, removed at close: tests and demos must not
+            # share (or leave behind) the per-cluster default under ~/.local/share. Give
+            # settings.store.path to keep one across clusters (a head restart on the same store).
+            self._store_dir = tempfile.TemporaryDirectory(prefix="fabric-store-")
+            self.settings = self.settings.model_copy(update={"store": self.settings.store.model_copy(
+                update={"path": str(Path(self._store_dir.name) / "fabric.db")})})
         self.max_slots = max_slots
         self.timeout_s = timeout_s
         self.handle: Any = None
@@ -271,6 +287,9 @@ class LocalFabric:
         if self.cluster is not None:
             cluster, self.cluster = self.cluster, None
             cluster.shutdown()
+        if self._store_dir is not None:
+            store, self._store_dir = self._store_dir, None
+            store.cleanup()
         atexit.unregister(self.close)
         for node in self._nodes.values():
             node.alive = False
