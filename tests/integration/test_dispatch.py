@@ -227,8 +227,24 @@ def test_operator_cli_explain_and_cordon(lf, names):
     assert typo.returncode == 2 and "min_tier" in typo.stderr
 
 
-def test_metrics_count_placements_and_fallbacks(lf):
-    m = lf.handle.metrics()
+def test_metrics_count_placements_and_fallbacks(lf, names):
+    h = lf.handle
+    time.sleep(1.0)  # earlier calls' workers have reported (they report once quiet for 0.5 s)
+    before = h.metrics()
+    h.cordon("gpu-cuda-workstation")
+    h.cordon("steamdeck-apu")
+    try:
+        one_tick()
+        ran = collections.Counter(ran_on(lf, names, [span.remote() for _ in range(10)]))
+    finally:
+        h.uncordon("gpu-cuda-workstation")
+        h.uncordon("steamdeck-apu")
+    assert ran == {"cpu-only-box": 10}  # every call ran below its min_tier gpu_apu
+    lf.wait_until(lambda: h.metrics()["placements_succeeded"] - before["placements_succeeded"] >= 10, "the workers' reports")
+    time.sleep(1.0)  # a late or double report would land by now
+    m = h.metrics()
+    assert m["placements_succeeded"] - before["placements_succeeded"] == 10
+    assert m["fallbacks"] - before["fallbacks"] == 10
     assert m["placements_succeeded"] > 0 and m["fallbacks"] == lf.handle.fallback_count
     assert m["tiers"]["gpu_cuda"]["nodes"] == 1 and m["tiers"]["relay"]["nodes"] == 1
     assert m["queue_depth"] == 0
