@@ -29,6 +29,7 @@ from fabric.errors import (
     RegistrationError,
     RequirementError,
     SchedulerUnavailableError,
+    SettingsConflictError,
     SettingsError,
     SettingsProblem,
     TransitionError,
@@ -68,6 +69,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CapacityError", "ComputeTier", "FabricError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
     "GpuInfo", "GpuVendor", "Limitations", "NodeCapabilities", "NodeNotFoundError", "ProbeError",
-    "RegistrationError", "RequirementError", "SchedulerUnavailableError", "SettingsError", "SettingsProblem", "StorageInfo",
+    "RegistrationError", "RequirementError", "SchedulerUnavailableError", "SettingsConflictError", "SettingsError", "SettingsProblem", "StorageInfo",
     "StorageKind", "TailnetInfo", "TransitionError", *_LAZY,
 ]

@@ -117,14 +117,15 @@ class LocalFabric:
         from ray.cluster_utils import Cluster
 
         self.settings = FabricSettings.load(settings)
+        # The registry's default store is a per-cluster path under $XDG_DATA_HOME (~/.local/share):
+        # each LocalFabric points its head's XDG_DATA_HOME at a folder of its own, removed at
+        # close, so tests and demos neither share nor leave behind a store while the default path
+        # logic still runs. settings.store.path keeps one across clusters (a head restart test).
         self._store_dir: tempfile.TemporaryDirectory | None = None
+        head_env: dict[str, str] = {}
         if self.settings.store.path is None:
-            # Each LocalFabric gets a store of its own, removed at close: tests and demos must not
-            # share (or leave behind) the per-cluster default under ~/.local/share. Give
-            # settings.store.path to keep one across clusters (a head restart on the same store).
             self._store_dir = tempfile.TemporaryDirectory(prefix="fabric-store-")
-            self.settings = self.settings.model_copy(update={"store": self.settings.store.model_copy(
-                update={"path": str(Path(self._store_dir.name) / "fabric.db")})})
+            head_env["XDG_DATA_HOME"] = self._store_dir.name
         self.max_slots = max_slots
         self.timeout_s = timeout_s
         self.handle: Any = None
@@ -144,7 +145,7 @@ class LocalFabric:
             dash = {"dashboard_host": "127.0.0.1", "dashboard_port": _free_port(),
                     "dashboard_agent_listen_port": _free_port()} if dashboard else {}
             self.cluster = Cluster(initialize_head=True, head_node_args=dict(
-                num_cpus=head_cpus, include_dashboard=dashboard, **dash,
+                num_cpus=head_cpus, include_dashboard=dashboard, **dash, **({"env_vars": head_env} if head_env else {}),
                 **({"node_ip_address": node_ip_address} if node_ip_address else {}),
                 _system_config={**FAST_HEALTH_CHECKS, **(system_config or {})},
             ))

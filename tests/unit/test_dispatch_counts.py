@@ -4,30 +4,30 @@ where it ran, as a fallback when it ran below its ``min_tier``; GPU work asks Ra
 import pytest
 
 from fabric import CapacityError, Requirement
-from fabric import dispatch
+from fabric import dispatch, worker_calls
 from fabric.tiers import ComputeTier
 
 
 @pytest.fixture
 def counts(monkeypatch):
-    fresh = dispatch.SpillCounts()
-    monkeypatch.setattr(dispatch, "_spill_counts", fresh)
-    monkeypatch.setattr(dispatch, "_spill_flusher", object())  # no reporting thread in a unit test
-    monkeypatch.setattr(dispatch, "_node_rank", ComputeTier.CPU_FFMPEG.rank)  # this worker's node label
+    fresh = worker_calls.SpillCounts()
+    monkeypatch.setattr(worker_calls, "_spill_counts", fresh)
+    monkeypatch.setattr(worker_calls, "_spill_flusher", object())  # no reporting thread in a unit test
+    monkeypatch.setattr(worker_calls, "_node_rank", ComputeTier.CPU_FFMPEG.rank)  # this worker's node label
     return fresh
 
 
 def test_calls_on_leased_slots_count_with_their_slots_fallback(counts):
-    run = dispatch.wrap_counted(lambda x: x * 2, ComputeTier.GPU_APU.rank, "double")
+    run = worker_calls.wrap_counted(lambda x: x * 2, ComputeTier.GPU_APU.rank, "double")
     assert run((None, False), 2) == 4  # a slot at min_tier
     assert run((None, True), 3) == 6  # a slot below it (say, on a node the engine demoted)
     assert (counts.placed, counts.fallbacks) == (2, 1)
 
 
 def test_spilled_calls_count_by_their_nodes_label_and_refuse_to_start_late(counts):
-    run = dispatch.wrap_counted(lambda: "ran", ComputeTier.GPU_APU.rank, "f")
+    run = worker_calls.wrap_counted(lambda: "ran", ComputeTier.GPU_APU.rank, "f")
     assert run((float("inf"), None)) == "ran"  # on a cpu_ffmpeg node: below gpu_apu
-    low = dispatch.wrap_counted(lambda: "ran", ComputeTier.CPU_FFMPEG.rank, "g")
+    low = worker_calls.wrap_counted(lambda: "ran", ComputeTier.CPU_FFMPEG.rank, "g")
     assert low((float("inf"), None)) == "ran"  # at its min_tier
     with pytest.raises(CapacityError):
         run((0.0, None))  # its queue deadline passed before a node took it

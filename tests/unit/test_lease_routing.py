@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabric import dispatch
+from fabric import dispatch, worker_calls
 from fabric.dispatch import SPILL, _Lease
 from fabric.placement import Requirement
 from fabric.scheduling import LeaseGrant, LeaseSlot
@@ -320,7 +320,7 @@ def test_a_renewal_on_its_way_does_not_keep_an_idle_lease(two_classes):
 
 # -- a worker's spilled-call counts reach the scheduler when it goes quiet, and every EVERY_S ------
 def test_spill_counts_are_reported_once_the_worker_goes_quiet():
-    c = dispatch.SpillCounts()
+    c = worker_calls.SpillCounts()
     assert c.take(0.0) is None  # nothing counted: nothing to send
     c.count(False, 0.0)
     c.count(True, 0.01)
@@ -330,7 +330,7 @@ def test_spill_counts_are_reported_once_the_worker_goes_quiet():
 
 
 def test_spill_counts_are_reported_during_a_long_burst_every_few_seconds():
-    c = dispatch.SpillCounts()
+    c = worker_calls.SpillCounts()
     t = 0.0
     while t < c.EVERY_S:
         c.count(False, t)
