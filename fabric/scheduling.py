@@ -284,7 +284,6 @@ class SchedulerCore:
         (``release``), then grant or renew ``lease_id`` (``lease``). A hard requirement that no node
         of its pool serves at all raises ``CapacityError`` (waiting would not help; seed 002 says
         it hard-fails), as ``place`` does. Returns the grant and what the releases let run."""
-        self.check_requirement(req)
         out: list[Instruction] = []
         for idle in release:
             if idle != lease_id:
