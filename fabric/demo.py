@@ -323,7 +323,7 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
     import ray
 
     from fabric import adaptive
-    from fabric.dispatch import SpillCounts
+    from fabric.worker_calls import SpillCounts
     from fabric.testing import LocalFabric
 
     def say(text: str) -> None:
