@@ -9,6 +9,9 @@ autoscaler), and publishes the events: kept in a numbered log that anyone can re
 Restart: a detached actor re-runs ``__init__``; the policy's state (statuses and since when,
 last beats, flap histories, collected ids) comes back from the registry, so drain graces and
 flap holds keep counting from where they were.
+
+The registry takes a batch of events whole or not at all; a refused batch is applied again one
+event at a time, so only the refused events are left out (counted in ``status()["refused_events"]``).
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from typing import Any
 import ray
 
 from actors.ray_adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter
-from fabric.errors import TransitionError
+from fabric.errors import RegistrationError, TransitionError
 from fabric.events import NodeAdded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
 from fabric.health import HealthPolicy, NodeHealth
+from fabric.messages import MAX_EVENTS
 from fabric.lifecycle import NodeStatus
 from fabric.settings import FabricSettings
 
@@ -41,6 +45,8 @@ class HealthMonitorActor:
         self.settings = FabricSettings.load(settings or {})
         self.adapter = RayAdapter()
         self.policy = HealthPolicy(self.settings.health, clock=time.time)
+        self.refused_events = 0
+        self.last_refusal: str | None = None
         self.log: deque[tuple[int, Any]] = deque(maxlen=EVENT_LOG_SIZE)
         self.seq = 0
         self.ticks = 0
@@ -111,20 +117,38 @@ class HealthMonitorActor:
         # restarting) stay queued and go with the next tick, so no status change is ever lost.
         self._unapplied += events
         if self._unapplied:
-            try:
-                await registry.apply.remote(self._unapplied)
-            except TransitionError as exc:  # not transient: retrying the same batch cannot help
-                self._unapplied = []
-                raise exc
-            if any(isinstance(e, (NodeLost, NodeRecovered, NodeAdded, NodeFlapHeld, NodeFlapReleased)) for e in self._unapplied):
+            flaps_changed = any(isinstance(e, (NodeLost, NodeRecovered, NodeAdded, NodeFlapHeld, NodeFlapReleased)) for e in self._unapplied)
+            await self._apply(registry)
+            if flaps_changed:
                 await registry.put_state.remote(_FLAPS_KEY, self.policy.flaps_json())
-            self._unapplied = []
         if not events:
             return
         by_id = {r.node_id: r for r in rows}
         self._ensure_probes([self.policy.nodes[e.node_id] for e in events
                              if isinstance(e, NodeAdded) and e.node_id in self.policy.nodes and e.node_id in by_id])
         self._push(events)
+
+    async def _apply(self, registry: Any) -> None:
+        """Send the queued events in batches the registry takes (``MAX_EVENTS``). A refused batch
+        (the registry takes it whole or not at all) goes again one event at a time, leaving out
+        only what is refused: retrying the same batch could never help. A transient failure (the
+        registry restarting) propagates and leaves the rest queued for the next tick."""
+        while self._unapplied:
+            chunk = self._unapplied[:MAX_EVENTS]
+            try:
+                await registry.apply.remote(chunk)
+                del self._unapplied[:len(chunk)]
+                continue
+            except (RegistrationError, TransitionError):
+                pass
+            while chunk:
+                try:
+                    await registry.apply.remote(chunk[:1])
+                except (RegistrationError, TransitionError) as exc:
+                    self.refused_events += 1
+                    self.last_refusal = f"{type(chunk[0]).__name__} for {chunk[0].node_id[:12]}: {exc}"
+                chunk.pop(0)
+                del self._unapplied[:1]
 
     def _ensure_probes(self, nodes: list[NodeHealth]) -> None:
         rows = {r.node_id: r for r in self.adapter.list_nodes()}
@@ -188,4 +212,5 @@ class HealthMonitorActor:
             "nodes": {n.node_id: {"name": n.name, "status": n.status.value, "since": n.since, "last_beat": n.last_beat,
                                   "ray_dead": n.ray_dead, "degraded": list(n.degraded)} for n in self.policy.nodes.values()},
             "flaps": self.policy.flaps_json(), "collected": sorted(self.policy.collected),
+            "refused_events": self.refused_events, "last_refusal": self.last_refusal,
         }

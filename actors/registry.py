@@ -20,50 +20,25 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import ray
-from pydantic import ValidationError
 
 from actors.ray_adapter import HEAD_RESOURCE, RayAdapter
-from fabric.capabilities import NodeCapabilities
 from fabric.errors import NodeNotFoundError, RegistrationError
-from fabric.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, parse_event
+from fabric.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased
 from fabric.health import NAME_LABEL, PROFILE_LABEL
 from fabric.lifecycle import NodeStatus, check_transition
+from fabric.messages import check_joined_tiers, read_events, read_heartbeat, read_registration, read_report
 from fabric.store import FabricStore, RegistryRecord, Utilization
 
-_HOLDS_KEY = "registry.flap_holds"
-
-
-def _validation_error(exc: ValidationError, node_id: str, prefix: str) -> RegistrationError:
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in (prefix, *err.get("loc", ())) if p != "")
-    return RegistrationError(f"malformed report from node {node_id}: {field}: {err.get('msg', 'invalid')}", node_id=node_id, field=field)
-
-
-def _as_capabilities(value: Any, node_id: str) -> NodeCapabilities:
-    if isinstance(value, NodeCapabilities):
-        return value
-    if not isinstance(value, Mapping):
-        raise RegistrationError(f"malformed report from node {node_id}: capabilities must be a mapping, got {type(value).__name__}",
-                                node_id=node_id, field="capabilities")
-    try:
-        return NodeCapabilities.model_validate(dict(value))
-    except ValidationError as exc:
-        raise _validation_error(exc, node_id, "capabilities") from None
-
-
-def _as_utilization(value: Any, node_id: str) -> Utilization | None:
-    if value is None or isinstance(value, Utilization):
-        return value
-    if not isinstance(value, Mapping):
-        raise RegistrationError(f"malformed report from node {node_id}: utilization must be a mapping", node_id=node_id, field="utilization")
-    try:
-        return Utilization.model_validate(dict(value))
-    except ValidationError as exc:
-        raise _validation_error(exc, node_id, "utilization") from None
+_HOLDS_KEY = "registry.pending_holds"
+"""Flap holds the monitor decided for a node Ray has alive but whose probe has not registered yet
+(node id -> until); the record takes its hold when it registers."""
 
 
 class Registry:
-    """The registry's logic over a store and a Ray adapter (real or fake) and a clock."""
+    """The registry's logic over a store and a Ray adapter (real or fake) and a clock.
+
+    Every message is read whole (``fabric.messages``) before anything is looked up or stored, so
+    a refused one changes nothing: not a record, not a pending hold, not a row of the store."""
 
     def __init__(self, store: FabricStore, adapter: Any, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -72,12 +47,11 @@ class Registry:
 
     # -- what probes send ------------------------------------------------------------------------
     def register(self, node_id: Any, capabilities: Any, *, utilization: Any = None) -> RegistryRecord:
-        """Register (or re-register, after a probe restart) the node ``node_id``."""
-        if not isinstance(node_id, str) or not node_id:
-            raise RegistrationError(f"malformed registration: node_id must be a non-empty string, got {node_id!r}",
-                                    node_id=str(node_id), field="node_id")
-        caps = _as_capabilities(capabilities, node_id)
-        util = _as_utilization(utilization, node_id)
+        """Register (or re-register, after a probe restart) the node ``node_id``. Refused when Ray
+        does not have the node alive, when its name contradicts the node's label, and when its
+        capabilities serve a tier the node did not join Ray with."""
+        msg = read_registration(node_id, capabilities, utilization)
+        node_id, caps, util = msg.node_id, msg.capabilities, msg.utilization
         if node_id in self.store.collected_ids():
             raise RegistrationError(f"node {node_id} was collected (dead is terminal): a rejoining node registers under its new Ray node id",
                                     node_id=node_id, field="node_id")
@@ -89,61 +63,90 @@ class Registry:
         if label_name and label_name != caps.name:
             raise RegistrationError(f"node {node_id} joined as {label_name!r} but registers as {caps.name!r}",
                                     node_id=node_id, field="capabilities.name")
+        check_joined_tiers(caps, ray_node.joined_tiers, node_id, "registration")
         now = self.clock()
         existing = self.store.get(node_id)
+        pending = self.store.get_json(_HOLDS_KEY, {})
+        hold = pending.pop(node_id, None)
+        held_until = hold if hold is not None and hold > now else None
         if existing is not None:
-            record = existing.model_copy(update={"capabilities": caps, "last_seen": max(existing.last_seen, now),
-                                                 **({"utilization": util} if util is not None else {})})
+            update: dict[str, Any] = {"capabilities": caps, "last_seen": max(existing.last_seen, now)}
+            if util is not None:
+                update["utilization"] = util
+            if held_until is not None and (existing.held_until or 0.0) < held_until:
+                update["held_until"] = held_until
+            record = existing.model_copy(update=update)
         else:
-            hold = self.store.get_json(_HOLDS_KEY, {}).get(caps.name)
             record = RegistryRecord(
                 node_id=node_id, name=caps.name, capabilities=caps, labels=dict(ray_node.labels),
                 status=NodeStatus.ACTIVE, status_since=now, registered_at=now, last_seen=now,
-                utilization=util or Utilization(), held_until=hold if hold and hold > now else None,
+                utilization=util or Utilization(), held_until=held_until,
                 profile=ray_node.labels.get(PROFILE_LABEL) or (caps.source if caps.source != "live" else None),
             )
-        self.store.upsert(record)
+        self.store.write([record], documents={_HOLDS_KEY: pending} if hold is not None else None)
         return record
 
-    def heartbeat(self, node_id: str, utilization: Any = None) -> float:
+    def heartbeat(self, node_id: Any, utilization: Any = None) -> float:
         """A heartbeat (with utilisation); the recorded ``last_seen``."""
-        util = _as_utilization(utilization, node_id)
-        record = self.store.touch(node_id, self.clock(), util)
+        msg = read_heartbeat(node_id, utilization)
+        record = self.store.touch(msg.node_id, self.clock(), msg.utilization)
         if record is None:
-            raise RegistrationError(f"heartbeat from unregistered node {node_id}", node_id=node_id, field="node_id")
+            raise RegistrationError(f"heartbeat from unregistered node {msg.node_id}", node_id=msg.node_id, field="node_id")
         return record.last_seen
 
-    def report(self, node_id: str, capabilities: Any, degraded: Iterable[str] = (), utilization: Any = None) -> RegistryRecord:
-        """A re-probe: the node's current capabilities and what it lost since it joined."""
-        caps = _as_capabilities(capabilities, node_id)
-        util = _as_utilization(utilization, node_id)
+    def report(self, node_id: Any, capabilities: Any, degraded: Any = (), utilization: Any = None) -> RegistryRecord:
+        """A re-probe: the node's current capabilities and what it lost since it joined. Refused
+        when it claims a tier the node did not join Ray with (to gain a tier a node rejoins)."""
+        msg = read_report(node_id, capabilities, degraded, utilization)
+        node_id, caps = msg.node_id, msg.capabilities
         record = self.store.get(node_id)
         if record is None:
             raise RegistrationError(f"report from unregistered node {node_id}", node_id=node_id, field="node_id")
         if caps.name != record.name:
             raise RegistrationError(f"node {node_id} is {record.name!r} but reports as {caps.name!r}", node_id=node_id, field="capabilities.name")
-        update: dict[str, Any] = {"capabilities": caps, "degraded": tuple(str(d) for d in degraded), "last_seen": max(record.last_seen, self.clock())}
-        if util is not None:
-            update["utilization"] = util
+        ray_node = self.adapter.alive_node(node_id)
+        if ray_node is None:
+            raise RegistrationError(f"report from node {node_id}, which is not an alive node in Ray's node table",
+                                    node_id=node_id, field="node_id")
+        check_joined_tiers(caps, ray_node.joined_tiers, node_id, "report")
+        update: dict[str, Any] = {"capabilities": caps, "degraded": msg.degraded, "last_seen": max(record.last_seen, self.clock())}
+        if msg.utilization is not None:
+            update["utilization"] = msg.utilization
         record = record.model_copy(update=update)
         self.store.upsert(record)
         return record
 
     # -- what the health monitor sends ---------------------------------------------------------------
     def apply(self, events: Iterable[Any]) -> int:
-        """Apply fleet events: status changes, flap holds, collection. Returns how many changed a record."""
+        """Apply fleet events: status changes, flap holds, collection. Returns how many changed a record.
+
+        All or nothing: the whole batch is read first (a malformed event refuses it with a
+        ``RegistrationError`` naming ``events[i].<field>``), then planned in memory (an illegal
+        status change refuses it with a ``TransitionError``), then written in one transaction.
+        Events about a node the store does not hold change nothing; the one exception is a flap
+        hold for a node Ray has alive under that name whose probe has not registered yet, kept
+        aside by node id (at most ``MAX_HOLD_S`` ahead) until it registers."""
+        now = self.clock()
+        batch = read_events(events, now)
+        known: dict[str, RegistryRecord | None] = {}
+        upserts: dict[str, RegistryRecord] = {}
+        collect: list[tuple[str, float]] = []
+        pending: dict[str, float] | None = None
         changed = 0
-        for raw in events:
-            event = parse_event(raw) if isinstance(raw, Mapping) else raw
-            if isinstance(event, NodeFlapHeld):
-                holds = self.store.get_json(_HOLDS_KEY, {})
-                holds[event.name] = max(event.until, holds.get(event.name, 0.0))
-                self.store.put_json(_HOLDS_KEY, holds)
+        for event in batch:
+            if event.node_id not in known:
+                known[event.node_id] = self.store.get(event.node_id)
+            record = known[event.node_id]
             if isinstance(event, NodeCollected):
-                changed += self.store.collect(event.node_id, event.at) is not None
+                if record is not None:
+                    known[event.node_id] = None  # collected after its changes so far (the trail keeps them)
+                    collect.append((event.node_id, event.at))
+                    changed += 1
                 continue
-            record = self.store.get(event.node_id)
             if record is None:
+                if isinstance(event, NodeFlapHeld) and self._may_hold_unregistered(event, now):
+                    pending = pending if pending is not None else dict(self.store.get_json(_HOLDS_KEY, {}))
+                    pending[event.node_id] = max(event.until, pending.get(event.node_id, 0.0))
                 continue  # not registered yet (or already collected): nothing to update
             update: dict[str, Any] = {}
             target = event.status
@@ -159,9 +162,21 @@ class Registry:
             elif isinstance(event, NodeDegraded):
                 update["degraded"] = event.reasons
             if update:
-                self.store.upsert(record.model_copy(update=update))
+                known[event.node_id] = upserts[event.node_id] = record.model_copy(update=update)
                 changed += 1
+        documents = None if pending is None else {_HOLDS_KEY: {k: v for k, v in pending.items() if v > now}}
+        if upserts or collect or documents:
+            self.store.write(upserts.values(), collect, documents)
         return changed
+
+    def _may_hold_unregistered(self, event: NodeFlapHeld, now: float) -> bool:
+        """A hold for a node id the store does not hold is kept only for a node Ray has alive under
+        the event's name, never collected: a hold forged for an unknown id (issue 12: it held a
+        real node off for 10^6 s) changes nothing."""
+        if event.until <= now or event.node_id in self.store.collected_ids():
+            return False
+        ray_node = self.adapter.alive_node(event.node_id)
+        return ray_node is not None and ray_node.name == event.name
 
     def reconcile_with_ray(self) -> list[str]:
         """On start (a new head on the same store, a restarted registry): a record Ray does not

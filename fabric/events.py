@@ -94,6 +94,9 @@ FleetEvent = Annotated[
 ]
 """Any fleet event; ``parse_event`` reads one from its dict form."""
 
+EVENT_TYPES = (NodeAdded, NodeLost, NodeRecovered, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeCollected)
+"""Every fleet event class, for ``isinstance`` checks at a boundary (``fabric.messages``)."""
+
 _ADAPTER: TypeAdapter = TypeAdapter(FleetEvent)
 
 
@@ -103,6 +106,6 @@ def parse_event(data: dict) -> "NodeAdded | NodeLost | NodeRecovered | NodeDegra
 
 
 __all__ = [
-    "FleetEvent", "NodeAdded", "NodeLost", "NodeRecovered", "NodeDegraded", "NodeFlapHeld",
+    "EVENT_TYPES", "FleetEvent", "NodeAdded", "NodeLost", "NodeRecovered", "NodeDegraded", "NodeFlapHeld",
     "NodeFlapReleased", "NodeCollected", "parse_event",
 ]

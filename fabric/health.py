@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from fabric.capabilities import LABEL_PREFIX, NodeCapabilities
+from fabric.capabilities import LABEL_PREFIX, TIER_RESOURCE_PREFIX, NodeCapabilities
 from fabric.events import (
     NodeAdded,
     NodeCollected,
@@ -101,6 +101,13 @@ class RayNodeView:
     def profile(self) -> str | None:
         """The bundled profile this node was started from, when it was."""
         return self.labels.get(PROFILE_LABEL)
+
+    @property
+    def joined_tiers(self) -> frozenset[str]:
+        """The tiers the node joined Ray serving: its ``fabric.tier.<name>`` resources
+        (``NodeCapabilities.to_ray_resources``). Fixed for the raylet's lifetime."""
+        return frozenset(k[len(TIER_RESOURCE_PREFIX):] for k, v in self.resources.items()
+                         if k.startswith(TIER_RESOURCE_PREFIX) and v > 0)
 
 
 @dataclass

@@ -47,6 +47,10 @@ CREATE TABLE IF NOT EXISTS collected (
 );
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+_UPSERT = ("INSERT INTO nodes(node_id, name, status, last_seen, record) VALUES (?,?,?,?,?) "
+           "ON CONFLICT(node_id) DO UPDATE SET name=excluded.name, status=excluded.status, "
+           "last_seen=excluded.last_seen, record=excluded.record")
+_PUT_JSON = "INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
 
 
 class StoreError(FabricError):
@@ -70,11 +74,11 @@ class _Model(BaseModel):
 class GpuUtilization(_Model):
     """One GPU's load, as NVML reports it."""
 
-    index: int = 0
-    gpu_percent: float = 0.0
-    memory_used_mib: int = 0
-    memory_total_mib: int = 0
-    encoder_percent: float | None = None
+    index: int = Field(default=0, ge=0)
+    gpu_percent: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    memory_used_mib: int = Field(default=0, ge=0)
+    memory_total_mib: int = Field(default=0, ge=0)
+    encoder_percent: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 class Utilization(_Model):
@@ -222,12 +226,7 @@ class FabricStore:
     def upsert(self, record: RegistryRecord) -> None:
         """Insert or replace the record of ``record.node_id``."""
         with self._lock:
-            self._conn.execute(
-                "INSERT INTO nodes(node_id, name, status, last_seen, record) VALUES (?,?,?,?,?) "
-                "ON CONFLICT(node_id) DO UPDATE SET name=excluded.name, status=excluded.status, "
-                "last_seen=excluded.last_seen, record=excluded.record",
-                (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json()),
-            )
+            self._conn.execute(_UPSERT, (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json()))
 
     def get(self, node_id: str) -> RegistryRecord | None:
         with self._lock:
@@ -278,6 +277,43 @@ class FabricStore:
         with self._lock:
             return {r[0] for r in self._conn.execute("SELECT node_id FROM collected")}
 
+    def write(self, upserts: Iterable[RegistryRecord] = (), collect: Iterable[tuple[str, float]] = (),
+              documents: dict[str, Any] | None = None) -> list[RegistryRecord]:
+        """Several changes in one transaction, all or none: insert or replace ``upserts``, move the
+        records of ``collect`` (node id, when) to the ``collected`` trail as ``dead``, and put the
+        small ``documents``. Returns the records collected (an unknown id collects nothing)."""
+        upserts = list(upserts)
+        docs = {key: json.dumps(value) for key, value in (documents or {}).items()}  # fail before writing
+        dead: list[RegistryRecord] = []
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for record in upserts:
+                    self._conn.execute(_UPSERT, (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json()))
+                for node_id, at in collect:
+                    row = self._conn.execute("SELECT record FROM nodes WHERE node_id=?", (node_id,)).fetchone()
+                    if row is None:
+                        continue
+                    gone = RegistryRecord.model_validate_json(row[0]).model_copy(update={"status": NodeStatus.DEAD, "status_since": at})
+                    self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
+                    self._conn.execute("INSERT OR REPLACE INTO collected(node_id, name, collected_at, record) VALUES (?,?,?,?)",
+                                       (node_id, gone.name, at, gone.model_dump_json()))
+                    dead.append(gone)
+                for key, value in docs.items():
+                    self._conn.execute(_PUT_JSON, (key, value))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return dead
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every table, in a stable order: two dumps are equal exactly when the stored
+        state is (tests compare one from before a refused message with one from after)."""
+        with self._lock:
+            tables = [r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+            return {t: sorted(self._conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
+
     def touch(self, node_id: str, last_seen: float, utilization: Utilization | None = None) -> RegistryRecord | None:
         """A heartbeat: update ``last_seen`` (and utilisation); the updated record, None when unknown."""
         record = self.get(node_id)
@@ -298,10 +334,7 @@ class FabricStore:
     # -- small documents -------------------------------------------------------------------------
     def put_json(self, key: str, value: Any) -> None:
         with self._lock:
-            self._conn.execute(
-                "INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                (key, json.dumps(value)),
-            )
+            self._conn.execute(_PUT_JSON, (key, json.dumps(value)))
 
     def get_json(self, key: str, default: Any = None) -> Any:
         with self._lock:

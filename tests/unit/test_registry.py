@@ -29,11 +29,14 @@ class FakeRay:
         return n if n is not None and n.alive else None
 
 
-def view(node_id, name="box", alive=True, profile=None):
-    labels = {"fabric.io/tier": "cpu_ffmpeg", "fabric.io/name": name}
+def view(node_id, name="box", alive=True, profile=None, tiers=("cpu_ffmpeg", "relay")):
+    """A Ray node row as a fabric node joins: its tier label and one ``fabric.tier.*`` resource per
+    served tier (``NodeCapabilities.to_ray_resources``; ``caps()`` serves cpu_ffmpeg and relay)."""
+    labels = {"fabric.io/tier": tiers[0] if tiers else "relay", "fabric.io/name": name}
     if profile:
         labels["fabric.io/profile"] = profile
-    return RayNodeView(node_id=node_id, alive=alive, labels=labels)
+    resources = {"fabric.slots": 1.0, **{f"fabric.tier.{t}": 1.0 for t in tiers}}
+    return RayNodeView(node_id=node_id, alive=alive, labels=labels, resources=resources)
 
 
 def caps(name="box", **kw):
