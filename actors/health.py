@@ -10,6 +10,14 @@ Restart: a detached actor re-runs ``__init__``; the policy's state (statuses and
 last beats, flap histories, collected ids) comes back from the registry, so drain graces and
 flap holds keep counting from where they were.
 
+Self-healing probes: a ProbeActor that dies past its Ray restart budget (``max_restarts=3``)
+stays dead, and its node would stop heartbeating and leave placement for good. So every tick the
+monitor looks up the probe of each live node that has gone quiet (by name,
+``fabric.probe.<node_id>``: a dead actor's name is free again) and starts a missing one again,
+backed off per node by the pure ``ProbeRestarts`` (1 s doubling to 60 s, reset after 60 s up),
+however many times it died; ``status()["probe_restarts"]`` counts them. The node comes back when
+its probe registers and beats again.
+
 The registry takes a batch of events whole or not at all; a refused batch is applied again one
 event at a time, so only the refused events are left out (counted in ``status()["refused_events"]``).
 """
@@ -24,10 +32,10 @@ from typing import Any
 
 import ray
 
-from actors.ray_adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter
+from actors.ray_adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter, probe_actor_name
 from fabric.errors import RegistrationError, TransitionError
 from fabric.events import NodeAdded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
-from fabric.health import HealthPolicy, NodeHealth
+from fabric.health import HealthPolicy, NodeHealth, ProbeRestarts, RayNodeView
 from fabric.messages import MAX_EVENTS
 from fabric.lifecycle import NodeStatus
 from fabric.settings import FabricSettings
@@ -45,6 +53,7 @@ class HealthMonitorActor:
         self.settings = FabricSettings.load(settings or {})
         self.adapter = RayAdapter()
         self.policy = HealthPolicy(self.settings.health, clock=time.time)
+        self.probes = ProbeRestarts(clock=time.time)
         self.refused_events = 0
         self.last_refusal: str | None = None
         self.log: deque[tuple[int, Any]] = deque(maxlen=EVENT_LOG_SIZE)
@@ -113,6 +122,7 @@ class HealthMonitorActor:
             events += self.policy.observe_degradation(node_id, v["degraded"], stimulus_id=sid)
         events += self.policy.tick(stimulus_id=sid)
         self._log(events)
+        self._heal_probes(rows)  # before the registry calls: a registry that is down must not stop it
         # The policy has moved on once it decided: events the registry has not taken yet (it was
         # restarting) stay queued and go with the next tick, so no status change is ever lost.
         self._unapplied += events
@@ -121,12 +131,11 @@ class HealthMonitorActor:
             await self._apply(registry)
             if flaps_changed:
                 await registry.put_state.remote(_FLAPS_KEY, self.policy.flaps_json())
-        if not events:
-            return
         by_id = {r.node_id: r for r in rows}
-        self._ensure_probes([self.policy.nodes[e.node_id] for e in events
-                             if isinstance(e, NodeAdded) and e.node_id in self.policy.nodes and e.node_id in by_id])
-        self._push(events)
+        if events:
+            self._ensure_probes([self.policy.nodes[e.node_id] for e in events
+                                 if isinstance(e, NodeAdded) and e.node_id in self.policy.nodes and e.node_id in by_id])
+            self._push(events)
 
     async def _apply(self, registry: Any) -> None:
         """Send the queued events in batches the registry takes (``MAX_EVENTS``). A refused batch
@@ -150,8 +159,21 @@ class HealthMonitorActor:
                 chunk.pop(0)
                 del self._unapplied[:1]
 
-    def _ensure_probes(self, nodes: list[NodeHealth]) -> None:
-        rows = {r.node_id: r for r in self.adapter.list_nodes()}
+    def _heal_probes(self, rows: list[RayNodeView]) -> None:
+        """Start again the probe of every live tracked node that went quiet and has none (by name);
+        ``ProbeRestarts`` says when, with a per-node backoff."""
+        alive = {r.node_id: r for r in rows if r.alive}
+        tracked = {n.node_id: n for n in self.policy.nodes.values() if n.node_id in alive}
+        self.probes.keep_only(tracked)
+        h = self.settings.health
+        quiet = set(self.probes.quiet({n: node.last_beat for n, node in tracked.items()}, 2 * h.heartbeat_interval_s + h.monitor_interval_s))
+        for node_id in tracked:
+            present = node_id not in quiet or self.adapter.get_actor(probe_actor_name(node_id)) is not None
+            if self.probes.observe(node_id, present):
+                self._ensure_probes([tracked[node_id]], rows)
+
+    def _ensure_probes(self, nodes: list[NodeHealth], table: list[RayNodeView] | None = None) -> None:
+        rows = {r.node_id: r for r in (self.adapter.list_nodes() if table is None else table)}
         h = self.settings.health
         for node in nodes:
             row = rows.get(node.node_id)
@@ -212,5 +234,6 @@ class HealthMonitorActor:
             "nodes": {n.node_id: {"name": n.name, "status": n.status.value, "since": n.since, "last_beat": n.last_beat,
                                   "ray_dead": n.ray_dead, "degraded": list(n.degraded)} for n in self.policy.nodes.values()},
             "flaps": self.policy.flaps_json(), "collected": sorted(self.policy.collected),
+            "probe_restarts": {"total": self.probes.total_restarts, "nodes": self.probes.status()},
             "refused_events": self.refused_events, "last_refusal": self.last_refusal,
         }

@@ -7,7 +7,7 @@ import pytest
 from fabric.capabilities import FfmpegInfo, GpuInfo, GpuVendor, NodeCapabilities
 from fabric.errors import TransitionError
 from fabric.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered, parse_event
-from fabric.health import HealthPolicy, ManualClock, NodeHealth, RayNodeView, detect_degradation
+from fabric.health import HealthPolicy, ManualClock, NodeHealth, ProbeRestarts, RayNodeView, detect_degradation
 from fabric.lifecycle import NodeStatus, check_transition
 from fabric.settings import HealthSettings
 
@@ -340,3 +340,75 @@ def test_ray_node_view_from_ray_row():
     assert v.is_fabric_node and v.name == "edge" and v.profile == "edge-relay" and v.alive
     bare = RayNodeView.from_ray({"NodeID": "cd" * 28, "Alive": False, "NodeManagerHostname": "h"})
     assert not bare.is_fabric_node and bare.name == "h"
+
+
+# -- self-healing probes (issue 12): when the monitor starts a missing probe actor again ------------
+def restarts_policy(**kw):
+    clock = ManualClock(0.0)
+    return ProbeRestarts(clock=clock, **kw), clock
+
+
+def test_a_missing_probe_is_restarted_at_once_then_backed_off_doubling_to_a_ceiling():
+    p, clock = restarts_policy(initial_backoff_s=1.0, max_backoff_s=60.0, stable_after_s=60.0)
+    starts = []
+    for _ in range(600):  # ten minutes of a probe that dies the moment it starts, one look a second
+        clock.advance(1.0)
+        if p.observe("n", present=False):
+            starts.append(clock())
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert starts[0] == 1.0  # the first restart does not wait
+    assert gaps[:6] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0] and set(gaps[6:]) == {60.0}  # then doubles to the ceiling
+    assert p.watches["n"].restarts == len(starts) > 3  # however many times it died: never given up
+    assert p.total_restarts == len(starts) and p.status()["n"]["restarts"] == len(starts)
+
+
+def test_a_probe_up_for_a_while_resets_the_backoff():
+    p, clock = restarts_policy(initial_backoff_s=1.0, max_backoff_s=60.0, stable_after_s=30.0)
+    for _ in range(5):  # five quick deaths: the next restart waits 16 s
+        assert p.observe("n", present=False)
+        clock.advance(p.watches["n"].next_restart_at - clock())
+    assert p.watches["n"].attempts == 5
+    p.observe("n", present=True)
+    clock.advance(10.0)
+    p.observe("n", present=True)  # up 10 s: not yet stable
+    assert p.watches["n"].attempts == 5
+    clock.advance(25.0)
+    p.observe("n", present=True)  # up 35 s: stable, backoff forgotten
+    assert p.watches["n"].attempts == 0
+    assert p.observe("n", present=False)  # so the next death restarts it at once
+    clock.advance(0.5)
+    assert not p.observe("n", present=False)  # and the one after waits the initial backoff
+    clock.advance(0.5)
+    assert p.observe("n", present=False)
+    assert p.watches["n"].restarts == 7
+
+
+def test_a_brief_return_does_not_reset_the_backoff():
+    p, clock = restarts_policy(initial_backoff_s=2.0, max_backoff_s=10.0, stable_after_s=60.0)
+    assert p.observe("n", present=False)  # t=0: at once; the next no sooner than t=2
+    clock.advance(2.0)
+    assert p.observe("n", present=False)  # t=2: the next no sooner than t=6
+    clock.advance(1.0)
+    p.observe("n", present=True)  # up for a second...
+    clock.advance(1.0)
+    assert not p.observe("n", present=False)  # ... and dead again at t=4: still backed off
+    clock.advance(2.0)
+    assert p.observe("n", present=False)  # t=6
+    assert p.watches["n"].attempts == 3 and p.backoff_s(3) == 10.0
+
+
+def test_only_quiet_nodes_are_looked_up_and_dead_ones_forgotten():
+    p, clock = restarts_policy()
+    clock.advance(100.0)
+    assert p.quiet({"beating": 99.5, "quiet": 90.0, "new": 100.0}, quiet_after_s=2.0) == ["quiet"]
+    p.observe("a", present=False)
+    p.observe("b", present=False)
+    p.keep_only(["b"])
+    assert set(p.watches) == {"b"}
+
+
+def test_restart_backoff_settings_are_checked():
+    with pytest.raises(ValueError):
+        ProbeRestarts(initial_backoff_s=0.0)
+    with pytest.raises(ValueError):
+        ProbeRestarts(initial_backoff_s=10.0, max_backoff_s=1.0)
