@@ -21,7 +21,8 @@ from typing import Any
 import ray
 
 from actors.fleet_feed import FleetFeed
-from fabric.errors import CapacityError
+from fabric import scheduler_messages as msg
+from fabric.errors import CapacityError, MessageError
 from fabric.placement import PlacementContext, Requirement, dry_run
 from fabric.scheduling import Expired, MarkDraining, NodeAssignment, Placed, SchedulerCore
 from fabric.settings import FabricSettings
@@ -83,6 +84,7 @@ class SchedulerActor:
     async def place_task(self, req: Requirement, release: list[str] = ()) -> NodeAssignment:
         """Place one call now (reserving a slot), or say it is deferred. ``CapacityError`` for a
         hard requirement that no node serves. ``release``: the caller's idle leases, given back first."""
+        req, release = msg.read_requirement(req), msg.read_ids("release", release)
         if not self._ready.is_set():
             await self._ready.wait()
         for idle in release:
@@ -93,6 +95,9 @@ class SchedulerActor:
     async def wait_for_placement(self, request_id: str, req: Requirement, priority: int = 0,
                                  timeout_s: float | None = None) -> NodeAssignment:
         """Queue a call until a node can take it; ``CapacityError`` at the deadline."""
+        request_id, req, timeout_s = msg.read_id("request_id", request_id), msg.read_requirement(req), msg.read_timeout("timeout_s", timeout_s)
+        if not (isinstance(priority, int) and not isinstance(priority, bool) and abs(priority) <= msg.MAX_COUNT):
+            raise MessageError("priority", "must be an integer", priority)
         if not self._ready.is_set():
             await self._ready.wait()
         a = self.core.place(req, request_id=request_id, queue=True, priority=priority, timeout_s=timeout_s)
@@ -110,6 +115,7 @@ class SchedulerActor:
                     release: list[str] = ()):
         """Grant or renew a client's placement lease for ``req``'s class (the fast path), after giving
         back the client's idle leases (``release``)."""
+        lease_id, req, holding, want, release = msg.read_lease_request(lease_id, req, holding, want, release)
         if not self._ready.is_set():
             await self._ready.wait()
         grant, out = self.core.grant_lease(lease_id, req, holding, want, release)
@@ -117,20 +123,21 @@ class SchedulerActor:
         return grant
 
     def end_lease(self, lease_id: str) -> None:
-        self._carry_out(self.core.end_lease(lease_id))
+        self._carry_out(self.core.end_lease(msg.read_id("lease_id", lease_id)))
 
     def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
-        self.core.report_calls(placed, fallbacks)
+        self.core.report_calls(*msg.read_call_report(placed, fallbacks))
 
     def queue_timeout_s(self) -> float:
         return self.settings.queue_timeout_s
 
     def release(self, allocation_ids: list[int]) -> None:
         """Work ended on its node: its slot is free again."""
-        self._carry_out(self.core.release(allocation_ids))
+        self._carry_out(self.core.release(msg.read_allocations(allocation_ids)))
 
     async def select_worker(self, req: Requirement) -> NodeAssignment:
         """Seed 002's ``select_worker``: where would this go now (no reservation kept)."""
+        req = msg.read_requirement(req)
         if not self._ready.is_set():
             await self._ready.wait()
         return self.core.select_worker(req)
@@ -138,6 +145,9 @@ class SchedulerActor:
     async def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> dict:
         """A dry-run placement against the live fleet, with its trace: the decision, each node's
         first failing filter, each survivor's key, and the text a person reads."""
+        req = msg.read_requirement(req)
+        if ctx is not None and not isinstance(ctx, PlacementContext):
+            raise MessageError("ctx", "must be a fabric.placement.PlacementContext or None", type(ctx).__name__)
         if not self._ready.is_set():
             await self._ready.wait()
         d = dry_run(self.core.fleet, self.core.check_requirement(req), ctx)
@@ -174,6 +184,7 @@ class SchedulerActor:
 
     async def drain(self, node: str, grace_s: float | None = None) -> str:
         node_id = self._resolve(node)
+        grace_s = msg.read_seconds("grace_s", grace_s, allow_zero=True)
         await self.feed.set_cordoned(node_id, True)
         self._carry_out(self.core.drain(node_id, grace_s))
         return node_id
@@ -193,6 +204,7 @@ class SchedulerActor:
 
     # -- internals ------------------------------------------------------------------------------------------
     def _resolve(self, node: str) -> str:
+        node = msg.read_id("node", node)
         if node in self.core.fleet:
             return node
         matches = [r.node_id for r in self.core.fleet.records() if r.name == node]

@@ -24,6 +24,7 @@ from fabric.capabilities import (
 from fabric.errors import (
     CapacityError,
     FabricError,
+    MessageError,
     NodeNotFoundError,
     ProbeError,
     RegistrationError,
@@ -67,7 +68,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CapacityError", "ComputeTier", "FabricError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
+    "CapacityError", "ComputeTier", "FabricError", "MessageError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
     "GpuInfo", "GpuVendor", "Limitations", "NodeCapabilities", "NodeNotFoundError", "ProbeError",
     "RegistrationError", "RequirementError", "SchedulerUnavailableError", "SettingsConflictError", "SettingsError", "SettingsProblem", "StorageInfo",
     "StorageKind", "TailnetInfo", "TransitionError", *_LAZY,

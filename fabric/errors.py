@@ -153,5 +153,21 @@ class NodeNotFoundError(FabricError, KeyError):
         return self.message
 
 
+class MessageError(FabricError, ValueError):
+    """A message an actor received does not validate (a lease request, a call report, an operator
+    call): ``field`` names what is wrong, ``reason`` why, ``value`` a short repr of what came."""
+
+    def __init__(self, field: str, reason: str, value: Any = None) -> None:
+        try:
+            shown = value if isinstance(value, str) and len(value) <= 80 else repr(value)
+        except Exception:  # a hostile object whose repr raises: its type is enough
+            shown = f"<{type(value).__name__}>"
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        super().__init__(f"{field}: {reason} (got {shown})", field=field, reason=reason, value=shown)
+
+    def __reduce__(self):
+        return (MessageError, (self.field, self.reason, self.value))
+
+
 def _rebuild_kw(cls: type[FabricError], message: str, data: dict[str, Any]) -> FabricError:
     return cls(message, **data)

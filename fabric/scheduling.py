@@ -283,7 +283,9 @@ class SchedulerCore:
         """A client's lease request as the scheduler receives it: give back its idle leases
         (``release``), then grant or renew ``lease_id`` (``lease``). A hard requirement that no node
         of its pool serves at all raises ``CapacityError`` (waiting would not help; seed 002 says
-        it hard-fails), as ``place`` does. Returns the grant and what the releases let run."""
+        it hard-fails), as ``place`` does. Returns the grant and what the releases let run. A
+        requirement the settings refuse is refused before anything is given back."""
+        self.check_requirement(req)
         out: list[Instruction] = []
         for idle in release:
             if idle != lease_id:
