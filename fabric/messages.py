@@ -18,7 +18,6 @@ tier, does the store hold it) is the registry's to check; the pure part of the t
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -39,6 +38,9 @@ MAX_TEXT_CHARS = 1024
 """Any other string in a message (a limitation note, a degradation reason, a driver version)."""
 MAX_ITEMS = 1024
 """Any list or mapping in a message (``ffmpeg -encoders`` lists ~140-300 video encoders)."""
+MAX_DEPTH = 16
+"""Nesting of lists and mappings in a message (capabilities nest 4 deep): deeper input is refused
+before pydantic walks it recursively."""
 MAX_DEGRADED = 64
 """Degradation reasons in one report."""
 MAX_GPUS = 64
@@ -72,15 +74,17 @@ class Problem:
 def scan(value: Any, *, limit_bytes: int, root: str = "") -> Problem | None:
     """The first problem in ``value`` (None: none): larger than ``limit_bytes`` as JSON (estimated:
     string lengths, 8 bytes a number, 1 a separator), a string over ``MAX_TEXT_CHARS``, a list or
-    mapping over ``MAX_ITEMS``, an integer outside 64 bits, a float that is not finite, or an
+    mapping over ``MAX_ITEMS`` or nested deeper than ``MAX_DEPTH``, an integer outside 64 bits, a float that is not finite, or an
     object that is not plain data (str, bytes, numbers, None, lists, tuples, sets, mappings,
     enums, pydantic models). Iterative; every item it looks at counts toward the limit, so the
     work is bounded by ``limit_bytes`` whatever the input (cycles included)."""
     total = 0
-    stack: list[tuple[str, Any]] = [(root, value)]
+    stack: list[tuple[str, Any, int]] = [(root, value, 0)]
     while stack:
-        path, v = stack.pop()
+        path, v, depth = stack.pop()
         children: Iterable[tuple[str, Any]] = ()
+        if depth > MAX_DEPTH:
+            return Problem(path, f"nested deeper than {MAX_DEPTH}")
         if isinstance(v, (str, bytes, bytearray)):
             if len(v) > MAX_TEXT_CHARS:
                 return Problem(path, f"{len(v)} characters, more than {MAX_TEXT_CHARS}")
@@ -117,7 +121,7 @@ def scan(value: Any, *, limit_bytes: int, root: str = "") -> Problem | None:
         if total > limit_bytes:  # name the top-level field that took it past the limit
             top = path[len(root):].lstrip(".").split(".")[0]
             return Problem(_join(root, top) if top else root, f"the message is larger than {limit_bytes // 1024} KiB serialized")
-        stack.extend(children)
+        stack.extend((p, c, depth + 1) for p, c in children)
     return None
 
 
@@ -276,29 +280,29 @@ class _EventBounds(BaseModel):
 
 
 def read_events(events: Any, now: float) -> list[Any]:
-    """Every event of the batch ``events`` (event models or their dict forms), validated; or a
+    """Every event of the batch ``events`` (a list of event models or their dict forms), validated; or a
     ``RegistrationError`` naming the first bad one (``events[3].until``) and nothing else: a batch
     is read whole before any of it is applied. ``now`` bounds the times an event may carry (at
     most ``MAX_HOLD_S`` ahead)."""
-    if isinstance(events, (str, bytes, Mapping)) or not isinstance(events, Iterable):
+    if not isinstance(events, (list, tuple)):  # not any iterable: a generator could be endless
         raise _refuse("fleet events", None, "events", f"must be a list of events, got {_shown(events)}")
-    batch = list(itertools.islice(iter(events), MAX_EVENTS + 1))
+    batch = list(events)
     if len(batch) > MAX_EVENTS:
         raise _refuse("fleet events", None, "events", f"more than {MAX_EVENTS} events in one batch")
     horizon = now + MAX_HOLD_S
     out = []
     for i, raw in enumerate(batch):
         where = f"events[{i}]"
-        node_id = raw.get("node_id") if isinstance(raw, Mapping) else getattr(raw, "node_id", None)
         if not isinstance(raw, (Mapping, *EVENT_TYPES)):
             raise _refuse("fleet event", None, where, f"must be a fleet event, got {_shown(raw)}")
+        node_id = raw.get("node_id") if isinstance(raw, Mapping) else raw.node_id
         problem = scan(raw, limit_bytes=MAX_EVENT_BYTES)
         if problem is not None:
             raise _refuse("fleet event", node_id, _join(where, problem.field) if problem.field else where, problem.message)
         try:
             # A model instance is validated again from its dict form: one built with
             # ``model_construct`` (or unpickled from anywhere) has not been checked.
-            event = _EVENT.validate_python(raw.model_dump() if isinstance(raw, EVENT_TYPES) else dict(raw))
+            event = _EVENT.validate_python(dict(raw))  # a model iterates as (field, value): not serialized unchecked
             _EventBounds.model_validate(event.model_dump())
         except ValidationError as exc:
             raise _from_validation(exc, "fleet event", node_id, where) from None
@@ -314,7 +318,7 @@ def read_events(events: Any, now: float) -> list[Any]:
 
 
 __all__ = [
-    "Heartbeat", "MAX_DEGRADED", "MAX_EVENT_BYTES", "MAX_EVENTS", "MAX_GPUS", "MAX_HEARTBEAT_BYTES", "MAX_HOLD_S",
+    "Heartbeat", "MAX_DEGRADED", "MAX_DEPTH", "MAX_EVENT_BYTES", "MAX_EVENTS", "MAX_GPUS", "MAX_HEARTBEAT_BYTES", "MAX_HOLD_S",
     "MAX_ITEMS", "MAX_NAME_CHARS", "MAX_REPORT_BYTES", "MAX_TEXT_CHARS", "NODE_ID_PATTERN", "Problem", "Registration",
     "Report", "check_joined_tiers", "read_events", "read_heartbeat", "read_registration", "read_report", "scan",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import warnings
 
 import pytest
 
@@ -103,11 +104,16 @@ def test_an_oversized_or_non_data_field_is_refused_naming_it(env, patch, field):
     refused(store, reg.report, A, {**caps(), **patch}, field=field)
 
 
-def test_a_cyclic_report_is_refused(env):
+def test_a_cyclic_or_deeply_nested_report_is_refused_before_pydantic_recurses(env):
     reg, store, _, _ = env
     loop: list = []
     loop.append(loop)
-    refused(store, reg.report, A, {**caps(), "roles": loop}, field="capabilities")
+    deep: list = []
+    for _ in range(500):  # shallow enough for Python's repr, deep enough to make pydantic recurse
+        deep = [deep]
+    for nested in (loop, deep):
+        err = refused(store, reg.report, A, {**caps(), "roles": nested})
+        assert err.field.startswith("capabilities.roles.0.0") and "nested deeper than" in str(err)
 
 
 @pytest.mark.parametrize(("util", "field"), [
@@ -214,8 +220,9 @@ def test_a_malformed_event_is_refused_naming_the_field(env, event, field):
     assert err.field.startswith("events[0]")
 
 
-@pytest.mark.parametrize("events", [42, None, "events", {"kind": "node_lost"}, [lost()] * (MAX_EVENTS + 1)],
-                         ids=["int", "none", "str", "dict", "too-many"])
+@pytest.mark.parametrize("events", [42, None, "events", {"kind": "node_lost"}, [lost()] * (MAX_EVENTS + 1),
+                                    (e for e in [lost()]), {lost()}],
+                         ids=["int", "none", "str", "dict", "too-many", "generator", "set"])
 def test_a_batch_that_is_not_a_list_of_events_is_refused(env, events):
     reg, store, _, _ = env
     refused(store, reg.apply, events, field="events")
@@ -225,6 +232,15 @@ def test_an_event_built_without_validation_is_validated_again(env):
     reg, store, _, _ = env
     forged = NodeLost.model_construct(node_id=A, name="box", at=math.inf, stimulus_id="s", reason="x", status=NodeStatus.OFFLINE, ray_dead=False)
     refused(store, reg.apply, [forged], field="events[0].at")
+    garbage = NodeLost.model_construct(node_id=A, name="box", at="soon", stimulus_id="s", reason="x", status=NodeStatus.OFFLINE, ray_dead=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # read from its fields, never serialized unchecked (pydantic would warn)
+        refused(store, reg.apply, (garbage,), field="events[0].at")
+
+
+def test_a_tuple_of_events_is_a_batch(env):
+    reg, store, _, _ = env
+    assert reg.apply((lost(),)) == 1 and store.get(A).status is NodeStatus.OFFLINE
 
 
 def test_one_bad_event_refuses_the_whole_batch(env):
