@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fabric.capabilities import PCI_VENDORS, GpuVendor
+from probes._numbers import parse_index, parse_int
 
 __all__ = ["RenderNode", "read_render_nodes", "decide_integrated", "AMD_APU_IDS"]
 
@@ -81,11 +82,8 @@ def _hex(text: str | None) -> str | None:
 
 
 def _num(text: str | None) -> int | None:
-    try:
-        value = int((text or "").strip())
-    except ValueError:
-        return None
-    return value if value >= 0 else None
+    value = parse_int(text)
+    return value if value is not None and value >= 0 else None
 
 
 def _basename(path: str | None) -> str | None:
@@ -115,7 +113,8 @@ def decide_integrated(vendor: GpuVendor | None, device_id: str | None, driver: s
 
 def read_render_nodes(list_dir: ListDir, read_file: ReadFile, resolve_link: ResolveLink) -> list[RenderNode]:
     """Every ``renderD*`` node with its evidence, in number order."""
-    names = sorted((n for n in list_dir("sys/class/drm") if re.fullmatch(r"renderD\d+", n)), key=lambda n: int(n[7:]))
+    numbered = {n: parse_index(n, "renderD") for n in list_dir("sys/class/drm")}
+    names = sorted((n for n, i in numbered.items() if i is not None), key=lambda n: numbered[n])
     out: list[RenderNode] = []
     for name in names:
         base = f"sys/class/drm/{name}/device"

@@ -22,6 +22,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from probes._numbers import as_int, parse_int
+
 __all__ = [
     "TestEncode", "find_ffmpeg", "parse_encoders", "encoders_to_test", "one_frame_encode_command",
     "run_test_encodes", "parse_test_encode", "format_test_encode", "failure_reason", "is_hardware",
@@ -138,13 +140,14 @@ def parse_test_encode(text: str | None) -> TestEncode | None:
         return None
     lines = text.splitlines()
     code: int | None = None
-    if lines and (m := _EXIT.match(lines[0].strip())):
-        code, rest = int(m.group(1)), lines[1:]
+    # An exit code past int64 (a garbled line of digits) is no exit code: parse_int says None.
+    if lines and (m := _EXIT.match(lines[0].strip())) and (code := parse_int(m.group(1))) is not None:
+        rest = lines[1:]
     elif lines:
         # Last non-empty line.
         idx = max((i for i, ln in enumerate(lines) if ln.strip()), default=None)
-        if idx is not None and (m := _EXIT.match(lines[idx].strip())):
-            code, rest = int(m.group(1)), lines[:idx]
+        if idx is not None and (m := _EXIT.match(lines[idx].strip())) and (code := parse_int(m.group(1))) is not None:
+            rest = lines[:idx]
     if code is None:
         return None
     return TestEncode(code, "\n".join(rest))
@@ -162,7 +165,10 @@ def failure_reason(result: TestEncode) -> str:
         line = _PREFIX.sub("", line.strip()).strip()
         if line:
             return line[:120]
-    return "timed out" if result.exit_code == TIMED_OUT else f"exit code {result.exit_code}"
+    code = as_int(result.exit_code)
+    if code == TIMED_OUT:
+        return "timed out"
+    return f"exit code {code}" if code is not None else "exit code out of range"
 
 
 def parse_version(text: str | None) -> str | None:

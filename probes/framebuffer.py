@@ -11,13 +11,15 @@ import re
 from typing import Callable
 
 from fabric.capabilities import FramebufferInfo
+from probes._numbers import parse_index
 
 __all__ = ["parse_framebuffer"]
 
 
 def parse_framebuffer(list_dir: Callable[[str], list[str]], read_file: Callable[[str], "str | None"]) -> FramebufferInfo | None:
     """The first framebuffer device, or None when there is none."""
-    fbs = sorted((n for n in list_dir("sys/class/graphics") if re.fullmatch(r"fb\d+", n)), key=lambda n: int(n[2:]))
+    numbered = {n: parse_index(n, "fb") for n in list_dir("sys/class/graphics")}
+    fbs = sorted((n for n, i in numbered.items() if i is not None), key=lambda n: numbered[n])
     if not fbs:
         return None
     fb = fbs[0]

@@ -25,8 +25,32 @@ _CODECS = ("h264", "hevc", "av1")
 _BUS = {1: "pcie", 2: "pcie", 3: "integrated", 4: "pcie"}
 
 
-def _text(value: Any) -> Any:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+#: More devices than one machine holds (an NVSwitch box has 16): a count past it is garbage.
+_MAX_DEVICES = 64
+#: Longest name, UUID or PCI bus id kept from NVML (real ones are under 100 characters).
+_MAX_TEXT = 256
+
+
+def _text(value: Any) -> str:
+    """A string NVML returned (bytes on old bindings); anything else is a failed call."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value[:_MAX_TEXT]
+
+
+def _int(value: Any) -> int:
+    """An integer NVML returned; anything else (garbage, out of int64) is a failed call."""
+    number = as_int(value)
+    if number is None or isinstance(value, float):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return number
+
+
+def _error_name(value: Any) -> str:
+    """An error class name as recorded (``NVMLError_NotSupported``), shown safely."""
+    return value[:_MAX_TEXT] if isinstance(value, str) else f"<{type(value).__name__}>"
 
 
 def snapshot_nvml(binding: Any = None) -> dict[str, Any]:
@@ -41,9 +65,7 @@ def snapshot_nvml(binding: Any = None) -> dict[str, Any]:
     pynvml = binding
     try:
         pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return {"error": type(exc).__name__}
-    except Exception as exc:  # noqa: BLE001 - a broken binding is still "no NVIDIA GPUs"
+    except Exception as exc:  # noqa: BLE001 - an NVMLError; a broken binding is still "no NVIDIA GPUs"
         return {"error": type(exc).__name__}
     try:
         return _snapshot_devices(pynvml)
@@ -58,36 +80,42 @@ def _snapshot_devices(pynvml: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": {}}
 
     def call(target: dict[str, Any], key: str, fn, *args):
+        # Any failure of one call costs that field only: a binding that answers garbage (the
+        # wrong type, a number past int64) fails the call as surely as an NVMLError does.
         try:
             value = fn(*args)
-        except (pynvml.NVMLError, AttributeError, TypeError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - never raises (module docstring)
             target.setdefault("errors", {})[key] = type(exc).__name__
             return None
         target[key] = value
         return value
 
     call(out, "driver_version", lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
-    call(out, "cuda_driver_version", pynvml.nvmlSystemGetCudaDriverVersion)
-    count = call(out, "device_count", pynvml.nvmlDeviceGetCount) or 0
+    call(out, "cuda_driver_version", lambda: _int(pynvml.nvmlSystemGetCudaDriverVersion()))
+    count = call(out, "device_count", lambda: _int(pynvml.nvmlDeviceGetCount())) or 0
+    if not 0 <= count <= _MAX_DEVICES:
+        out["errors"]["device_count"] = f"out of range ({count})"
+        del out["device_count"]
+        count = 0
     devices = []
-    for i in range(int(count)):
+    for i in range(count):
         dev: dict[str, Any] = {"index": i}
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-        except pynvml.NVMLError as exc:
+        except Exception as exc:  # noqa: BLE001 - an NVMLError, or a broken binding
             dev["errors"] = {"handle": type(exc).__name__}
             devices.append(dev)
             continue
         call(dev, "name", lambda: _text(pynvml.nvmlDeviceGetName(handle)))
         call(dev, "uuid", lambda: _text(pynvml.nvmlDeviceGetUUID(handle)))
-        call(dev, "memory_total", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).total))
+        call(dev, "memory_total", lambda: _int(pynvml.nvmlDeviceGetMemoryInfo(handle).total))
         call(dev, "pci_bus_id", lambda: _text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
-        call(dev, "bus_type", lambda: int(pynvml.nvmlDeviceGetBusType(handle)))
-        call(dev, "compute_capability", lambda: list(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
-        call(dev, "mig_mode", lambda: list(pynvml.nvmlDeviceGetMigMode(handle)))
+        call(dev, "bus_type", lambda: _int(pynvml.nvmlDeviceGetBusType(handle)))
+        call(dev, "compute_capability", lambda: [_int(x) for x in pynvml.nvmlDeviceGetCudaComputeCapability(handle)][:2])
+        call(dev, "mig_mode", lambda: [_int(x) for x in pynvml.nvmlDeviceGetMigMode(handle)][:2])
         caps: dict[str, int] = {}
         for codec, const in (("h264", "NVML_ENCODER_QUERY_H264"), ("hevc", "NVML_ENCODER_QUERY_HEVC"), ("av1", "NVML_ENCODER_QUERY_AV1")):
-            value = call(dev, f"encoder_capacity.{codec}", lambda c=const: int(pynvml.nvmlDeviceGetEncoderCapacity(handle, getattr(pynvml, c))))
+            value = call(dev, f"encoder_capacity.{codec}", lambda c=const: _int(pynvml.nvmlDeviceGetEncoderCapacity(handle, getattr(pynvml, c))))
             dev.pop(f"encoder_capacity.{codec}", None)
             if value is not None:
                 caps[codec] = value
@@ -108,7 +136,7 @@ def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:
     if not isinstance(data, dict):
         return [], ["nvml.json is not an object; no NVIDIA GPUs read"]
     if data.get("error"):
-        err = str(data["error"])
+        err = _error_name(data["error"])
         if err not in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded", "ModuleNotFoundError", "ImportError"):
             notes.append(f"NVML failed to start ({err}): no NVIDIA GPUs")
         return [], notes
@@ -122,7 +150,7 @@ def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:
         name = dev.get("name")
         if not isinstance(name, str) or not name.strip():
             if isinstance(dev.get("errors"), dict) and "handle" in dev["errors"]:
-                notes.append(f"NVIDIA GPU {pos}: NVML could not open it ({dev['errors']['handle']})")
+                notes.append(f"NVIDIA GPU {pos}: NVML could not open it ({_error_name(dev['errors']['handle'])})")
                 continue
             name = "NVIDIA GPU"
         index = as_int(dev.get("index"))
@@ -132,7 +160,7 @@ def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:
         cc = dev.get("compute_capability")
         capability = None
         if isinstance(cc, (list, tuple)) and len(cc) == 2 and all(as_int(x) is not None for x in cc):
-            capability = f"{int(cc[0])}.{int(cc[1])}"
+            capability = f"{as_int(cc[0])}.{as_int(cc[1])}"
         mig = dev.get("mig_mode")
         mig_mode = None
         if isinstance(mig, (list, tuple)) and mig and as_int(mig[0]) is not None:
@@ -143,9 +171,9 @@ def parse_nvml(data: Any) -> tuple[list[dict[str, Any]], list[str]]:
             value = as_int(raw)
             if codec in _CODECS and value is not None and value >= 0:
                 caps[codec] = value
-        pci = dev.get("pci_bus_id") if isinstance(dev.get("pci_bus_id"), str) else None
+        pci = dev.get("pci_bus_id")[:_MAX_TEXT] if isinstance(dev.get("pci_bus_id"), str) else None
         gpu = dict(
-            index=index, vendor="nvidia", model=name.strip(), vram_mib=(mem // MiB) if mem and mem > 0 else 0,
+            index=index, vendor="nvidia", model=name.strip()[:_MAX_TEXT], vram_mib=(mem // MiB) if mem and mem > 0 else 0,
             discrete=bus != "integrated", bus=bus, compute_capability=capability, cuda=True, mig_mode=mig_mode,
             encoder_capacity=caps, encoders=tuple(sorted(c for c, v in caps.items() if v > 0)), driver="nvidia",
         )

@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable
 
 from fabric.capabilities import StorageInfo, StorageKind
+from probes._numbers import as_int
 
 __all__ = ["base_device", "storage_kind", "parse_storage"]
 
@@ -52,19 +53,22 @@ def storage_kind(dev: str, rotational: str | None, sys_path: str | None) -> Stor
 def parse_storage(
     disks: tuple[dict[str, Any], ...], read_file: Callable[[str], "str | None"], resolve_link: Callable[[str], "str | None"]
 ) -> list[StorageInfo]:
-    """One ``StorageInfo`` per mounted block device (first mount wins; ``/`` first)."""
+    """One ``StorageInfo`` per mounted block device (first mount wins; ``/`` first). Entries that
+    are not a dict with a device path are skipped; a size that is not a sane integer is 0."""
     out: list[StorageInfo] = []
     seen: set[str] = set()
-    ordered = sorted(disks, key=lambda d: d.get("mountpoint") != "/")
+    usable = [d for d in disks if isinstance(d, dict) and isinstance(d.get("device"), str)]
+    ordered = sorted(usable, key=lambda d: d.get("mountpoint") != "/")
     for d in ordered:
-        device = d.get("device") or ""
+        device = d["device"]
         dev = base_device(device)
         if dev is None or _SKIP.match(dev) or device in seen:
             continue
         seen.add(device)
         rotational = read_file(f"sys/block/{dev}/queue/rotational")
         kind = storage_kind(dev, rotational, resolve_link(f"sys/block/{dev}"))
-        total = d.get("total")
-        size = round(total / GiB, 1) if isinstance(total, int) and total > 0 else 0.0
-        out.append(StorageInfo(device=device, mount=d.get("mountpoint") or "/", kind=kind, size_gib=size))
+        total = as_int(d.get("total"))
+        size = round(total / GiB, 1) if total is not None and total > 0 else 0.0
+        mount = d.get("mountpoint") if isinstance(d.get("mountpoint"), str) and d.get("mountpoint") else "/"
+        out.append(StorageInfo(device=device, mount=mount, kind=kind, size_gib=size))
     return out

@@ -27,6 +27,9 @@ __all__ = ["SystemFacts", "read_psutil", "parse_system", "cgroup_cpu_quota", "cg
 MiB = 1024 * 1024
 #: cgroup v1 reports "no limit" as a page-rounded LONG_MAX; anything this large is unlimited.
 _UNLIMITED = 1 << 60
+#: A cgroup path deeper than this is garbage, not a hierarchy (systemd's are under ten levels);
+#: every level costs file reads, so an unbounded path would make the probe quadratic.
+_MAX_CGROUP_LEVELS = 64
 
 ReadFile = Callable[[str], "str | None"]
 
@@ -138,7 +141,7 @@ def _cgroup_paths(read_file: ReadFile) -> tuple[dict[str, str], str | None]:
         if len(parts) != 3:
             continue
         _, controllers, path = parts
-        if not path.startswith("/"):
+        if not path.startswith("/") or path.count("/") > _MAX_CGROUP_LEVELS:
             continue
         if controllers == "":
             v2 = path

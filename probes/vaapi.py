@@ -39,6 +39,9 @@ _CODEC_PREFIXES: tuple[tuple[str, str], ...] = (
     ("VC1", "vc1"),
 )
 
+#: Longest driver string kept (real ones are under 100 characters); also bounds the regexes
+#: below, whose lazy groups would take quadratic time over a megabyte-long line.
+MAX_DRIVER_CHARS = 256
 _PAIR = re.compile(r"^\s*(VAProfile[A-Za-z0-9_]+)\s*:\s*VAEntrypoint([A-Za-z0-9_]+)\s*$")
 _DRIVER = re.compile(r"Driver version:\s*(.*?)\s*$")
 
@@ -104,9 +107,9 @@ def parse_vainfo(text: str | bytes | None) -> VaInfo:
             if full not in eps:
                 eps.append(full)
             continue
-        d = _DRIVER.search(line)
-        if d and driver is None and d.group(1):
-            driver = d.group(1)
+        d = _DRIVER.search(line[: 2 * MAX_DRIVER_CHARS]) if driver is None else None
+        if d and d.group(1):
+            driver = d.group(1)[:MAX_DRIVER_CHARS]
     return VaInfo(driver=driver, profiles=profiles)
 
 
@@ -116,9 +119,9 @@ def model_from_driver(driver: str | None) -> str | None:
     ``Mesa Gallium driver 19.0.0-devel for Radeon 550 Series (POLARIS12, ...)`` -> ``Radeon 550 Series``;
     ``Intel iHD driver for Intel(R) Gen Graphics - 20.2.0 ()`` -> ``Intel(R) Gen Graphics``.
     """
-    if not driver:
+    if not driver or not isinstance(driver, str):
         return None
-    m = re.search(r"\bfor\s+(.+?)(?:\s+\(|\s+-\s+\d|$)", driver)
+    m = re.search(r"\bfor\s+(.+?)(?:\s+\(|\s+-\s+\d|$)", driver[:MAX_DRIVER_CHARS])
     if not m:
         return None
     name = m.group(1).strip()

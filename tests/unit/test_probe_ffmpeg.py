@@ -110,3 +110,12 @@ def test_missing_binary_is_a_failure_not_an_exception(tmp_path):
     results = run_test_encodes(os.fspath(tmp_path / "nope"), ["libx264"])
     assert results["libx264"].exit_code == 127
     assert run_test_encodes("ffmpeg", []) == {}
+
+
+def test_an_exit_code_of_thousands_of_digits_is_no_exit_line():
+    from probes.ffmpeg import TestEncode
+
+    assert parse_test_encode("exit=" + "9" * 5000 + "\nstderr\n") is None        # int() raised ValueError
+    assert parse_test_encode("stderr\nexit=-" + "9" * 5000 + "\n") is None
+    assert parse_test_encode("exit=" + "9" * 5000 + "\nstderr\nexit=1\n") == TestEncode(1, "exit=" + "9" * 5000 + "\nstderr")
+    assert failure_reason(TestEncode(10**5000)) == "exit code out of range"        # str() raised ValueError

@@ -257,3 +257,105 @@ def test_tailscale_status():
     for bad in (None, [], "x", {"Self": "x"}, {"Self": {"TailscaleIPs": "no", "DNSName": 5}}):
         result = parse_tailscale(bad)
         assert result is None or result.ips == ()
+
+
+# -- garbage a machine can report: absent, never an exception (issue 12) --------------------------
+class _Tree:
+    def __init__(self, dirs, files=None, links=None):
+        self.dirs, self.files, self.links = dirs, files or {}, links or {}
+
+    def list_dir(self, path):
+        return self.dirs.get(path, [])
+
+    def read_file(self, path):
+        return self.files.get(path.rsplit("/", 1)[-1])
+
+    def resolve_link(self, path):
+        return self.links.get(path.rsplit("/", 1)[-1])
+
+
+def test_device_names_with_thousands_of_digits_are_not_devices():
+    huge = "9" * 5000  # int() refused it: ValueError out of the sort key
+    t = _Tree({"sys/class/drm": [f"renderD{huge}", "renderD129", "renderD128", "renderD१२"],
+               "sys/class/graphics": [f"fb{huge}", "fb1"]},
+              files={"vendor": "0x1002", "mem_info_vram_total": huge, "mem_info_gtt_total": str(2**64)})
+    nodes = read_render_nodes(t.list_dir, t.read_file, t.resolve_link)
+    assert [n.name for n in nodes] == ["renderD128", "renderD129"]
+    assert all(n.vram_bytes is None and n.gtt_bytes is None for n in nodes)
+    assert parse_framebuffer(t.list_dir, t.read_file).device == "/dev/fb1"
+
+
+def test_storage_entries_of_the_wrong_shape_are_skipped_and_absurd_sizes_are_zero():
+    t = _Tree({})
+    disks = ({"device": "/dev/sda1", "mountpoint": "/", "total": 10**400}, {"device": 5}, "x",
+             {"device": "/dev/sdb1", "mountpoint": 7, "total": 2 * 1024**3})
+    out = parse_storage(disks, t.read_file, t.resolve_link)
+    assert [(s.device, s.mount, s.size_gib) for s in out] == [("/dev/sda1", "/", 0.0), ("/dev/sdb1", "/", 2.0)]
+
+
+def test_nvml_numbers_past_int64_are_absent():
+    data = {"devices": [{"name": "GPU", "index": 10**5000, "memory_total": 10**400, "compute_capability": [10**5000, 1],
+                         "mig_mode": [10**400], "encoder_capacity": {"h264": 10**400}}],
+            "error": None}
+    [gpu], _ = parse_nvml(data)
+    assert gpu["index"] == 0 and gpu["vram_mib"] == 0 and gpu["compute_capability"] is None and gpu["encoder_capacity"] == {}
+    gpus, notes = parse_nvml({"error": 10**5000})
+    assert gpus == [] and "<int>" in notes[0]
+
+
+class _GarbageNvml:
+    """A binding that initialises and then answers garbage: a device count of a billion, a
+    memory size that is a string, a name that is a number."""
+
+    class NVMLError(Exception):
+        pass
+
+    NVML_ENCODER_QUERY_H264, NVML_ENCODER_QUERY_HEVC, NVML_ENCODER_QUERY_AV1 = 0, 1, 2
+
+    def __init__(self, count):
+        self.count = count
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlSystemGetDriverVersion(self):
+        return 550
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return "12040"
+
+    def nvmlDeviceGetCount(self):
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetName(self, h):
+        return 4070
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return type("M", (), {"total": "12 GiB"})()
+
+    def __getattr__(self, name):
+        raise ValueError(name)  # every other call raises something NVML never would
+
+
+@pytest.mark.parametrize("count", [10**9, "2", -1, 10**400])
+def test_snapshot_of_a_binding_answering_garbage_never_raises_and_stays_json(count):
+    import json
+
+    snap = snapshot_nvml(_GarbageNvml(count))
+    json.dumps(snap)
+    assert len(snap.get("devices", [])) <= 64
+    assert "driver_version" not in snap and snap["errors"]["driver_version"] == "TypeError"
+    parse_nvml(snap)
+
+
+def test_snapshot_of_garbage_device_fields_records_them_as_errors():
+    snap = snapshot_nvml(_GarbageNvml(1))
+    [dev] = snap["devices"]
+    assert "name" not in dev and "memory_total" not in dev
+    assert dev["errors"]["name"] == "TypeError" and dev["errors"]["bus_type"] == "ValueError"

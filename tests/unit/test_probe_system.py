@@ -109,3 +109,39 @@ def test_a_tiny_quota_still_gives_a_positive_cpu_count(tmp_path):
 def test_garbage_system_json_is_a_minimal_machine(data):
     facts = parse_system(data)
     assert facts.cpu_logical == 1 and facts.cpu_usable == 1.0 and facts.memory_mib == 0 and facts.disks == ()
+
+
+# -- garbage a machine can report: absent, never an exception or a stall (issue 12) ---------------
+@pytest.mark.parametrize("data", [
+    {"cpu_logical": 10**400},                     # float(10**400) overflowed
+    {"cpu_logical": 8, "cpu_affinity": 10**400, "mem_total": -(10**400)},
+    {"cpu_logical": "9" * 5000, "mem_total": "9" * 4000},
+    {"disks": [{"device": "/dev/sda1", "mountpoint": "/", "total": 10**400}]},
+    {"parts": [{"device": "/dev/sda1", "mountpoint": "/"}], "usage_root": {"total": 10**400}},
+])
+def test_numbers_no_machine_has_are_absent(data):
+    facts = parse_system(data)
+    assert facts.cpu_logical >= 1 and facts.cpu_usable > 0 and facts.memory_mib >= 0
+    assert all(d["total"] is None for d in facts.disks)
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "-" + "9" * 5000, str(2**64), "1_000", "0x10"])
+def test_cgroup_files_holding_non_numbers_mean_no_limit(tmp_path, text):
+    src = tree(tmp_path, {"proc/self/cgroup": "0::/app\n", "sys/fs/cgroup/app/cpu.max": f"{text} 100000\n",
+                          "sys/fs/cgroup/app/memory.max": f"{text}\n"})
+    assert cgroup_cpu_quota(src.read_file) is None and cgroup_memory_limit(src.read_file) is None
+
+
+def test_an_absurdly_deep_cgroup_path_is_ignored_not_walked():
+    import time
+
+    path = "/" + "/".join(["a"] * 5_000)  # the old walk read 30,000 files for it (200,000 levels: gigabytes)
+    reads: list[str] = []
+
+    def read_file(rel):
+        reads.append(rel)
+        return f"0::{path}\n" if rel == "proc/self/cgroup" else None
+
+    start = time.perf_counter()
+    assert cgroup_cpu_quota(read_file) is None and cgroup_memory_limit(read_file) is None and cgroup_files(read_file) == []
+    assert time.perf_counter() - start < 1.0 and len(reads) == 3  # only /proc/self/cgroup, once per call

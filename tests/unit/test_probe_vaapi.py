@@ -115,3 +115,14 @@ def test_libva_query_of_a_missing_device_never_raises():
 
     text = query_libva("/dev/dri/renderD999")
     assert text is None or not parse_vainfo(text).ok  # None: no libva here; else its failure text
+
+
+def test_huge_driver_strings_are_cut_to_256_characters_and_read_in_linear_time():
+    import time
+
+    start = time.perf_counter()
+    # every "for" starts a lazy match that runs to the newline and fails: quadratic (2 s here)
+    assert model_from_driver("for " * 5000 + "\nx") is not None
+    assert time.perf_counter() - start < 0.5
+    long = parse_vainfo("vainfo: Driver version: Mesa Gallium driver for " + "X" * 10_000 + " (gfx)\n")
+    assert len(long.driver) == 256 and model_from_driver(long.driver).startswith("XXX")
