@@ -8,8 +8,10 @@ So a recording is simply what ``LiveSources`` returned, written to disk, and ``R
 reads it back: the probe cannot tell the two apart.
 
 ``None`` (or an empty list) always means *absent*. ``RecordedSources`` treats unreadable or
-malformed files the same way and says so in ``problems``; only a recording folder that does not
-exist is an error (``ProbeError``), because that is a mistake of whoever named it.
+malformed files the same way and says so in ``problems``: a FIFO, device or folder where a file
+should be, a file over 1 MiB, JSON that is invalid or nested deeper than 32 levels (nothing
+blocks, nothing recurses without bound: ``probes._files``). Only a recording folder that does
+not exist is an error (``ProbeError``), because that is a mistake of whoever named it.
 
 Recording layout (beyond API.md's list): ``links.json`` maps a symlink's path to its resolved
 target (``sys/class/drm/renderD128/device/driver`` -> ``/sys/bus/pci/drivers/amdgpu``; a symlink
@@ -28,13 +30,13 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fabric.errors import ProbeError
+from probes._files import MAX_READ, load_json, read_capped
 from probes.ffmpeg import TestEncode, find_ffmpeg, format_test_encode, parse_test_encode, run_test_encodes
 from probes.libva import query_libva
 from probes.vaapi import parse_vainfo
 
 __all__ = ["Sources", "LiveSources", "RecordedSources", "RecordingSources"]
 
-_MAX_READ = 1 << 20  # no sysfs/procfs file the probe reads is anywhere near 1 MiB
 _TOOL_TIMEOUT_S = 10.0
 
 
@@ -70,12 +72,8 @@ def _safe_rel(path: str) -> str | None:
 
 
 def _read_text(p: Path) -> str | None:
-    try:
-        with open(p, "rb") as fh:
-            data = fh.read(_MAX_READ)
-    except (OSError, ValueError):
-        return None
-    return data.decode("utf-8", errors="replace")
+    """A live file's text, or None (missing, not a regular file, over ``MAX_READ``)."""
+    return read_capped(p, MAX_READ)[0]
 
 
 def _run(cmd: list[str], timeout: float = _TOOL_TIMEOUT_S) -> subprocess.CompletedProcess[bytes] | None:
@@ -176,12 +174,9 @@ class LiveSources:
     def tailscale_status(self) -> dict[str, Any] | None:
         exe = shutil.which("tailscale")
         proc = _run([exe, "status", "--json"], timeout=5.0) if exe else None
-        if proc is None or not proc.stdout.strip():
+        if proc is None or not proc.stdout.strip() or len(proc.stdout) > MAX_READ:
             return None
-        try:
-            data = json.loads(proc.stdout)
-        except ValueError:
-            return None
+        data, _ = load_json(proc.stdout)
         return data if isinstance(data, dict) else None
 
     def declared(self) -> dict[str, Any]:
@@ -208,17 +203,21 @@ class RecordedSources:
     # -- helpers ----------------------------------------------------------------------------
     def _text(self, rel: str) -> str | None:
         safe = _safe_rel(rel)
-        return None if safe is None else _read_text(self.root / safe)
+        if safe is None:
+            return None
+        text, why = read_capped(self.root / safe, MAX_READ)
+        if why is not None:
+            self.problems.append(f"recording {safe} {why}; treated as absent")
+        return text
 
     def _json(self, rel: str) -> Any:
         text = self._text(rel)
         if text is None:
             return None
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            self.problems.append(f"recording {rel} is not valid JSON ({exc.__class__.__name__}); treated as absent")
-            return None
+        value, why = load_json(text)
+        if why is not None:
+            self.problems.append(f"recording {rel} {why}; treated as absent")
+        return value
 
     # -- Sources ----------------------------------------------------------------------------
     def system(self) -> dict[str, Any] | None:

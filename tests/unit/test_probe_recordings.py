@@ -178,3 +178,85 @@ def test_well_keyed_but_wrongly_typed_json_never_crashes(tmp_path_factory, syste
     (rec / "tailscale.json").write_text(json.dumps(tailscale))
     caps = probe_node(RecordedSources(rec))
     assert not internal(caps), internal(caps)
+
+
+# -- what a machine we do not control can put in a recording (issue 12) -------------------------------
+def _probe_in_thread(root, seconds: float = 5.0):
+    """probe_node(RecordedSources(root)) on a thread; fails the test if it is still running."""
+    import threading
+
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(_probe_or_error(root)), daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        pytest.fail(f"probing {root} blocked for {seconds} s")
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
+def _probe_or_error(root):
+    try:
+        return probe_node(RecordedSources(root))
+    except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        return exc
+
+
+def test_a_fifo_in_place_of_system_json_is_absent_not_a_hang(tmp_path):
+    import os
+
+    rec = copy_profile("steamdeck-apu", tmp_path)
+    (rec / "system.json").unlink()
+    os.mkfifo(rec / "system.json")
+    try:
+        caps = _probe_in_thread(rec)
+    finally:
+        with open(os.open(rec / "system.json", os.O_RDWR | os.O_NONBLOCK), "w"):  # release an old-code reader
+            pass
+    assert caps.cpu_logical == 1 and not internal(caps)
+    assert any("system.json is a FIFO, not a regular file" in n for n in caps.limitations.notes)
+
+
+@pytest.mark.parametrize("name", ["links.json", "profile.json", "system.json", "nvml.json"])
+def test_deeply_nested_json_is_absent_not_a_recursion_error(tmp_path, name):
+    rec = copy_profile("gpu-cuda-workstation", tmp_path)
+    (rec / name).write_text("[" * 100_000 + "]" * 100_000)
+    caps = probe_node(RecordedSources(rec))
+    assert not internal(caps)
+    assert any(f"{name} nests deeper than 32 levels" in n for n in caps.limitations.notes)
+
+
+def test_json_nested_past_the_limit_but_parseable_is_absent_too(tmp_path):
+    rec = copy_profile("steamdeck-apu", tmp_path)
+    (rec / "profile.json").write_text('{"name": ' + "[" * 500 + "]" * 500 + "}")
+    src = RecordedSources(rec)
+    assert src.declared() == {} and any("profile.json nests deeper" in p for p in src.problems)
+
+
+def test_devices_folders_and_oversized_files_are_absent(tmp_path):
+    rec = copy_profile("steamdeck-apu", tmp_path)
+    for name in ("nvml.json", "tailscale.json"):
+        (rec / name).unlink(missing_ok=True)
+    (rec / "nvml.json").symlink_to("/dev/zero")
+    (rec / "tailscale.json").mkdir()
+    (rec / "sys/class/drm/renderD128/device/vendor").write_text("0x1002\n" + " " * (1 << 20))
+    caps = probe_node(RecordedSources(rec))
+    assert not internal(caps)
+    notes = "\n".join(caps.limitations.notes)
+    assert "nvml.json is a character device, not a regular file" in notes
+    assert "tailscale.json is a folder, not a regular file" in notes
+    assert "renderD128/device/vendor is larger than 1024 KiB" in notes
+
+
+def test_giant_numbers_in_a_recording_are_absent(tmp_path):
+    rec = copy_profile("steamdeck-apu", tmp_path)
+    system = json.loads((rec / "system.json").read_text())
+    system.update(cpu_logical=10**400, mem_total=10**400, cpu_affinity=10**400)
+    system["disks"][0]["total"] = 10**400
+    (rec / "system.json").write_text(json.dumps(system))
+    (rec / "ffmpeg/test-h264_vaapi.txt").write_text("exit=" + "9" * 5000 + "\n")
+    caps = probe_node(RecordedSources(rec))
+    assert not internal(caps)
+    assert caps.cpu_logical == 1 and caps.memory_mib == 0 and caps.storage[0].size_gib == 0.0
+    assert "h264_vaapi" not in caps.ffmpeg.working
