@@ -2,12 +2,18 @@
 
 Configuration is data. Every field has a docstring; ``FabricSettings.load`` (and ``from_yaml``)
 validate at the edge and raise ``SettingsError`` carrying *every* problem found, each with a
-code, a dotted path and a message. The defaults are a working zero-configuration fabric: one
+code, a dotted path and a message. The edge also bounds what it reads: a settings file is a
+regular file of at most 1 MiB, UTF-8 (or UTF-16/32 with a byte-order mark), and a document nests
+at most 32 levels and holds at most 100,000 values (YAML aliases counted where they expand), so
+no input can make the loader recurse, block or validate for ever. The defaults are a working zero-configuration fabric: one
 pool ``default`` with one fixed pool tier holding every node, SQLite store, seed 002's timings.
 """
 
 from __future__ import annotations
 
+import codecs
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -16,6 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fabric.errors import SettingsError, SettingsProblem
 from fabric.tiers import ComputeTier
+
+#: A settings file larger than this is refused before it is read (real ones are a few KiB).
+MAX_SETTINGS_BYTES = 1 << 20
+#: Deepest nesting of lists and mappings in a settings document (the schema itself needs 9).
+MAX_SETTINGS_DEPTH = 32
+#: Most values (mappings, lists and scalars) in one settings document, aliases expanded.
+MAX_SETTINGS_VALUES = 100_000
 
 PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -250,6 +263,9 @@ class FabricSettings(_Model):
             data = data.model_dump()
         if not isinstance(data, dict):
             raise SettingsError([SettingsProblem("not_a_mapping", "", f"settings must be a mapping, got {type(data).__name__}")])
+        shape = _shape_problem(data)
+        if shape is not None:
+            raise SettingsError([shape])
         try:
             settings = cls.model_validate(data)
         except ValidationError as exc:
@@ -261,19 +277,18 @@ class FabricSettings(_Model):
 
     @classmethod
     def from_yaml(cls, path: "str | Path") -> "FabricSettings":
-        """Read and validate a YAML settings file (every problem at once, as ``load``)."""
-        import yaml  # only needed at this edge
+        """Read and validate a YAML settings file (every problem at once, as ``load``).
 
+        The file problems are ``SettingsError`` too, with the file's path as the problem's path:
+        ``not_a_path`` (``path`` is not a str or Path), ``unreadable`` (missing, unreadable, or
+        not a regular file: a FIFO or a device is refused, never waited on), ``too_large`` (over
+        ``MAX_SETTINGS_BYTES``), ``not_utf8``, ``bad_yaml`` (a syntax error, or a value YAML
+        cannot build: ``0x_``, month 13), ``too_deep`` (nested past ``MAX_SETTINGS_DEPTH``)."""
+        if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+            raise SettingsError([SettingsProblem("not_a_path", "", f"a settings file path is a str or Path, got {type(path).__name__}")])
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise SettingsError([SettingsProblem("unreadable", str(p), f"cannot read settings file: {exc.strerror}")]) from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SettingsError([SettingsProblem("bad_yaml", str(p), f"not valid YAML: {exc}")]) from None
-        return cls.load(data or {})
+        text = _decode_settings(_read_settings_file(p), str(p))
+        return cls.load(_parse_yaml(text, str(p)) or {})
 
     def problems(self) -> list[SettingsProblem]:
         """Every semantic problem (structure is already valid): duplicates, unknown references,
@@ -311,6 +326,138 @@ class FabricSettings(_Model):
             return self.operations[name]
         except KeyError:
             raise KeyError(f"unknown operation {name!r}; operations: {sorted(self.operations)}") from None
+
+
+# -- reading a settings file: bounded, never blocking, never recursing without limit ------------------
+def _read_settings_file(p: Path) -> bytes:
+    """The bytes of settings file ``p``: a regular file of at most ``MAX_SETTINGS_BYTES``."""
+
+    def refuse(code: str, message: str) -> SettingsError:
+        return SettingsError([SettingsProblem(code, str(p), message)])
+
+    try:
+        # stat before opening (a FIFO's open would wait for a writer), fstat after (a swap between)
+        regular = stat.S_ISREG(os.stat(p).st_mode)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)) if regular else -1
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise refuse("unreadable", f"cannot read settings file: {getattr(exc, 'strerror', None) or exc}") from exc
+    if fd < 0:
+        raise refuse("unreadable", "cannot read settings file: not a regular file")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        while regular and size <= MAX_SETTINGS_BYTES:
+            chunk = os.read(fd, MAX_SETTINGS_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise refuse("unreadable", f"cannot read settings file: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    if not regular:
+        raise refuse("unreadable", "cannot read settings file: not a regular file")
+    if size > MAX_SETTINGS_BYTES:
+        raise refuse("too_large", f"settings file is larger than {MAX_SETTINGS_BYTES // 1024} KiB")
+    return b"".join(chunks)
+
+
+# UTF-32 first: its little-endian mark starts with UTF-16's.
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def _decode_settings(data: bytes, where: str) -> str:
+    """UTF-8 text, or UTF-16/32 when a byte-order mark says so (YAML 1.1 allows both)."""
+    encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise SettingsError([SettingsProblem(
+            "not_utf8", where, f"settings file is not {encoding.upper().removesuffix('-SIG')} text: byte {exc.start}: {exc.reason}")]) from exc
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` with the nesting bounded while composing (PyYAML's composer
+    recurses once per level) and every parser failure a ``SettingsError``."""
+    import yaml  # only needed at this edge
+
+    class BoundedLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            try:
+                if self.depth > MAX_SETTINGS_DEPTH:
+                    raise _TooDeep(self.peek_event().start_mark.line + 1)
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader: Any = None
+    try:
+        loader = BoundedLoader(text)  # the reader checks for unprintable characters here already
+        return loader.get_single_data()
+    except _TooDeep as exc:
+        raise SettingsError([SettingsProblem("too_deep", where, f"settings nest deeper than {MAX_SETTINGS_DEPTH} levels (line {exc.line})")]) from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError([SettingsProblem("bad_yaml", where, f"not valid YAML: {_clip(str(exc))}")]) from exc
+    except RecursionError as exc:  # a parser path the depth bound does not cover: still refused
+        raise SettingsError([SettingsProblem("too_deep", where, "settings nest too deeply for the YAML parser")]) from exc
+    except (ValueError, OverflowError, TypeError) as exc:
+        # PyYAML's constructors raise these for values its resolver matched but cannot build:
+        # "0x_" (int("", 16)), "2001-13-01" (month must be in 1..12), a 5,000-digit integer.
+        raise SettingsError([SettingsProblem("bad_yaml", where, f"not valid YAML: a value cannot be read: {_clip(str(exc))}")]) from exc
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _part(key: Any) -> str:
+    """One dotted-path component, shown safely whatever the key is (a 5,000-digit int, a tuple)."""
+    if isinstance(key, str):
+        return _clip(key, 80)
+    if isinstance(key, int) and not isinstance(key, bool) and -(10**30) < key < 10**30:
+        return str(key)
+    if isinstance(key, (int, float, bool)) or key is None:
+        return _clip(repr(key) if not isinstance(key, int) else f"<{key.bit_length()}-bit int>", 80)
+    return f"<{type(key).__name__}>"
+
+
+def _shape_problem(data: Any) -> SettingsProblem | None:
+    """The first way ``data`` is too deep or too big to validate, or None. Iterative: a document
+    nested a million levels, or one that contains itself (a YAML ``&a [*a]``), only ends the walk."""
+    count = 0
+    stack: list[tuple[Any, tuple[str, ...]]] = [(data, ())]
+    while stack:
+        node, path = stack.pop()
+        count += 1
+        if count > MAX_SETTINGS_VALUES:
+            return SettingsProblem("too_large", ".".join(path), f"settings hold more than {MAX_SETTINGS_VALUES} values")
+        if isinstance(node, dict):
+            children: Any = node.items()
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            children = enumerate(node)
+        else:
+            continue
+        if count + len(stack) + len(node) > MAX_SETTINGS_VALUES:
+            return SettingsProblem("too_large", ".".join(path), f"settings hold more than {MAX_SETTINGS_VALUES} values")
+        if len(path) >= MAX_SETTINGS_DEPTH:
+            return SettingsProblem("too_deep", ".".join(path), f"settings nest deeper than {MAX_SETTINGS_DEPTH} levels")
+        stack.extend((child, (*path, _part(key))) for key, child in children)
+    return None
 
 
 # -- semantic checks, over whole settings or over the valid pieces of invalid ones ----------------------
@@ -418,7 +565,7 @@ def _pieces_of_raw(data: dict[str, Any]) -> _Pieces:
         operations = list(_default_operations().items())
     else:
         raw_ops = data["operations"]
-        operations = [(str(k), op) for k, v in (raw_ops.items() if isinstance(raw_ops, dict) else ())
+        operations = [(_part(k), op) for k, v in (raw_ops.items() if isinstance(raw_ops, dict) else ())
                       if (op := _valid(OperationSpec, v)) is not None]
     raw_spares = data.get("hot_spares", ())
     hot_spares = [(k, hs) for k, v in enumerate(raw_spares if isinstance(raw_spares, (list, tuple)) else ())
@@ -438,7 +585,7 @@ def _problems_from(exc: ValidationError) -> list[SettingsProblem]:
 
 
 def _problem_from(err: dict[str, Any]) -> SettingsProblem:
-    path = ".".join(str(p) for p in err.get("loc", ()))
+    path = ".".join(_part(p) for p in err.get("loc", ()))
     msg = err.get("msg", "invalid")
     ctx_err = (err.get("ctx") or {}).get("error")
     if ctx_err is not None:

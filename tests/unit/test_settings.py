@@ -222,3 +222,114 @@ def test_settings_conflict_error_pickles_and_names_the_fields():
     assert "health" in str(err) and "pools" in str(err) and "fabric down" in str(err)
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is SettingsConflictError and back.fields == ("health", "pools") and str(back) == str(err)
+
+
+# -- the file edge is bounded: nothing the parser or the reader does escapes untyped (issue 12) ---------
+def _yaml_refusal(tmp_path, data: bytes):
+    """The one problem ``from_yaml`` finds in a file holding ``data``. File-level problems carry
+    the file's path; a document too deep or too big carries the path where the walk stopped."""
+    f = tmp_path / "s.yaml"
+    f.write_bytes(data)
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.from_yaml(f)
+    (problem,) = exc.value.problems
+    assert problem.path == str(f) or problem.code in ("too_deep", "too_large")
+    return problem, exc.value
+
+
+@pytest.mark.parametrize("text, cause", [
+    ("queue_timeout_s: 0x_\n", ValueError),           # int("", 16) inside PyYAML's resolver
+    ("store: {path: 2001-13-01}\n", ValueError),      # "month must be in 1..12"
+    ("queue_timeout_s: " + "9" * 5000 + "\n", ValueError),  # past int()'s 4300-digit limit
+])
+def test_yaml_values_the_parser_cannot_build_are_bad_yaml(tmp_path, text, cause):
+    problem, err = _yaml_refusal(tmp_path, text.encode())
+    assert problem.code == "bad_yaml" and "cannot be read" in problem.message
+    assert isinstance(err.__cause__, cause)
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 5000,
+    "{a: " * 3000 + "1" + "}" * 3000,
+    "\n".join(" " * i + "a:" for i in range(1000)),
+    "a: &a [*a]\n",                                   # contains itself
+])
+def test_deep_or_self_containing_yaml_is_too_deep(tmp_path, text):
+    problem, _ = _yaml_refusal(tmp_path, text.encode())
+    assert problem.code == "too_deep"
+
+
+def test_an_alias_bomb_is_too_large_before_validation(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 6)]
+    lines.append("operations: {x: {capabilities: *a5}}")   # a million tags from 60 lines
+    problem, _ = _yaml_refusal(tmp_path, "\n".join(lines).encode())
+    assert problem.code == "too_large"
+
+
+def test_non_utf8_bytes_are_not_utf8(tmp_path):
+    problem, err = _yaml_refusal(tmp_path, b"queue_timeout_s: 30\nstore: {path: \x8b}\n")
+    assert problem.code == "not_utf8" and "byte 34" in problem.message
+    assert isinstance(err.__cause__, UnicodeDecodeError)
+
+
+def test_utf16_with_a_byte_order_mark_is_read(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_bytes("queue_timeout_s: 42\n".encode("utf-16"))
+    assert FabricSettings.from_yaml(str(f)).queue_timeout_s == 42
+
+
+def test_a_file_over_the_size_cap_is_refused_unread(tmp_path):
+    problem, _ = _yaml_refusal(tmp_path, b"#" * (1 << 20) + b"\nqueue_timeout_s: 30\n")
+    assert problem.code == "too_large"
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load():
+        try:
+            FabricSettings.from_yaml(fifo)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001
+            outcome.append(exc)
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(5)
+    if t.is_alive():  # the old code blocks in open(): release it, then fail
+        with open(fifo, "w"):
+            pass
+        pytest.fail("from_yaml blocked on a FIFO")
+    assert isinstance(outcome[0], SettingsError) and outcome[0].problems[0].code == "unreadable"
+
+
+def test_a_path_that_is_not_a_path_is_refused():
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.from_yaml(5)
+    assert exc.value.problems[0].code == "not_a_path"
+
+
+def test_load_refuses_deep_and_self_containing_documents():
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    loop: dict = {"a": None}
+    loop["a"] = loop
+    for data in ({"nodes": deep}, {"operations": loop}):
+        with pytest.raises(SettingsError) as exc:
+            FabricSettings.load(data)
+        assert [p.code for p in exc.value.problems] == ["too_deep"]
+        assert exc.value.problems[0].path.startswith(next(iter(data)))
+
+
+def test_a_key_too_long_to_print_does_not_break_the_report():
+    # the key is refused structurally; the semantic pass over the valid pieces names it too
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({"operations": {10**5000: {}}})
+    assert [p.code for p in exc.value.problems] == ["string_type"]
