@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from fabric.errors import RequirementError
 from fabric.placement import Requirement
+from fabric.placement.requirement import MAX_NAME, shown
 from fabric.settings import FabricSettings
 
 #: Decorator arguments that build the ``Requirement``.
@@ -32,6 +33,12 @@ _REQUIREMENT_ARGS = frozenset({
 #: Decorator arguments that say how the call is carried out.
 _DISPATCH_ARGS = frozenset({"on_no_capacity", "queue_timeout_s", "max_retries", "priority", "name"})
 _ALL_ARGS = _REQUIREMENT_ARGS | _DISPATCH_ARGS | {"operation"}
+#: Longest queue wait one may ask for (about 31 years): past it a number is a mistake, and an
+#: int past 1e308 would overflow the float arithmetic of the deadline.
+MAX_QUEUE_TIMEOUT_S = 1e9
+#: Ray keeps a task's retry count in 32 bits.
+_MAX_RETRIES = (1 << 31) - 1
+_INT64 = 1 << 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +58,23 @@ class DispatchOptions:
     """Task name shown in Ray's dashboard (default: the function's name)."""
 
     def __post_init__(self) -> None:
-        if self.on_no_capacity not in ("queue", "raise"):
-            raise RequirementError("on_no_capacity", "must be 'queue' or 'raise'", self.on_no_capacity)
+        # Types first, then ranges: comparing or converting a hostile value is what would raise.
+        if not isinstance(self.on_no_capacity, str) or self.on_no_capacity not in ("queue", "raise"):
+            raise RequirementError("on_no_capacity", f"must be 'queue' or 'raise', got {shown(self.on_no_capacity)}", self.on_no_capacity)
         t = self.queue_timeout_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) or t <= 0):
-            raise RequirementError("queue_timeout_s", "must be a positive number of seconds", t)
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < -1:
-            raise RequirementError("max_retries", "must be an integer >= -1 (-1: retry forever)", self.max_retries)
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise RequirementError("priority", "must be an integer", self.priority)
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or (isinstance(t, float) and math.isnan(t))
+                              or not 0 < t <= MAX_QUEUE_TIMEOUT_S):
+            raise RequirementError("queue_timeout_s", f"must be a positive number of seconds, at most {MAX_QUEUE_TIMEOUT_S:g}; "
+                                   f"got {shown(t)}", t)
+        r = self.max_retries
+        if isinstance(r, bool) or not isinstance(r, int) or not -1 <= r <= _MAX_RETRIES:
+            raise RequirementError("max_retries", f"must be an integer from -1 (retry forever) to {_MAX_RETRIES}, got {shown(r)}", r)
+        p = self.priority
+        if isinstance(p, bool) or not isinstance(p, int) or not -_INT64 <= p < _INT64:
+            raise RequirementError("priority", f"must be a 64-bit integer, got {shown(p)}", p)
+        n = self.name
+        if n is not None and (not isinstance(n, str) or not n.strip() or len(n) > MAX_NAME):
+            raise RequirementError("name", f"must be a non-empty task name of at most {MAX_NAME} characters, got {shown(n)}", n)
 
 
 _settings: FabricSettings | None = None
@@ -78,12 +93,13 @@ def build_requirement(options: dict[str, Any], settings: FabricSettings | None =
     settings = settings if settings is not None else _settings
     unknown = sorted(set(options) - _ALL_ARGS)
     if unknown:
-        raise RequirementError(unknown[0], f"unknown argument; valid arguments: {', '.join(sorted(_ALL_ARGS))}", options[unknown[0]])
+        raise RequirementError(unknown[0][:MAX_NAME], f"unknown argument; valid arguments: {', '.join(sorted(_ALL_ARGS))}",
+                               options[unknown[0]])
     req_kwargs = {k: v for k, v in options.items() if k in _REQUIREMENT_ARGS}
     operation = options.get("operation")
     if operation is not None:
         if not isinstance(operation, str):
-            raise RequirementError("operation", "must be an operation name", operation)
+            raise RequirementError("operation", f"must be an operation name, got {shown(operation)}", operation)
         return Requirement.from_operation(operation, settings, **req_kwargs)
     if "min_tier" not in req_kwargs:
         raise RequirementError("min_tier", "say what the work needs: min_tier=... or operation=...", None)

@@ -15,6 +15,12 @@ Defaults (decided here, documented in API terms):
 - ``num_cpus`` defaults to 1 (Ray's default for a task); ``memory_mib`` to 0.
 - ``payload_size`` is carried for callers and metrics; it does not affect placement and is
   not part of ``class_key``.
+
+Every argument is type-checked before any arithmetic or hashing touches it, and bounded: amounts
+at most ``MAX_AMOUNT`` (no node has 10**15 CPUs or MiB; a bigger int would overflow ``float()``),
+names and tags at most ``MAX_NAME`` characters, at most ``MAX_ITEMS`` capabilities or ports. So any
+bad value, however hostile (``ports=5``, ``num_cpus=10**400``, an object whose ``==`` raises), is a
+``RequirementError`` naming the field, with the value shown cut short.
 """
 
 from __future__ import annotations
@@ -35,45 +41,89 @@ _PORT = re.compile(r"^(\d{1,5})/(tcp|udp)$")
 _PREFER = ("highest", "lowest")
 _WHEN_FULL = ("spill", "wait")
 _SCALE = ("degrade_first", "provision_first")
+#: Largest CPU, memory, core or GPU amount a requirement may ask for.
+MAX_AMOUNT = 1e15
+#: Longest GPU model, pool name or capability tag.
+MAX_NAME = 256
+#: Most capabilities, or ports, one requirement may name.
+MAX_ITEMS = 256
+_MAX_PAYLOAD = 1 << 63
+_COLLECTIONS = (list, tuple, set, frozenset)
 _CLASS_IDS: dict[tuple, int] = {}
 _CLASS_IDS_MAX = 100_000
 _NEXT_CLASS_ID = itertools.count(1)
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters; never raises (a
+    5,000-digit int, a self-containing list or an object whose ``repr`` raises is still shown)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"<{value.bit_length()}-bit int>"
+    if isinstance(value, str) and len(value) > limit:
+        value = value[:limit]
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - RecursionError, ValueError, or a hostile __repr__
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _parse_tier(field: str, value: Any) -> ComputeTier:
     if isinstance(value, ComputeTier):
         return value
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= MAX_NAME:
         tier = _TIER_BY_NAME.get(value) or _TIER_BY_NAME.get(value.strip().lower())
         if tier is not None:
             return tier
     valid = ", ".join(_TIER_BY_NAME)
-    raise RequirementError(field, f"unknown compute tier {value!r}; valid tiers: {valid}", value)
+    raise RequirementError(field, f"unknown compute tier {shown(value)}; valid tiers: {valid}", value)
 
 
 def _amount(field: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RequirementError(field, f"must be a number, got {type(value).__name__}", value)
-    if math.isnan(value) or math.isinf(value):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise RequirementError(field, "must be a finite number (not NaN or infinity)", value)
     if value < 0:
         raise RequirementError(field, "must not be negative", value)
+    if value > MAX_AMOUNT:  # before float(): an int past 1e308 would overflow it
+        raise RequirementError(field, f"must be at most {MAX_AMOUNT:g}, got {shown(value)}", value)
     return float(value)
 
 
 def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise RequirementError(field, f"must be one of {', '.join(allowed)}; got {value!r}", value)
+    if not isinstance(value, str) or value not in allowed:
+        raise RequirementError(field, f"must be one of {', '.join(allowed)}; got {shown(value)}", value)
     return value
+
+
+def _name(field: str, value: Any, what: str) -> str:
+    """A non-empty string of at most ``MAX_NAME`` characters (after stripping)."""
+    if not isinstance(value, str) or not value.strip():
+        raise RequirementError(field, f"must be a non-empty {what}, got {shown(value)}", value)
+    if len(value) > MAX_NAME:
+        raise RequirementError(field, f"must be at most {MAX_NAME} characters, got {len(value)}", value)
+    return value
+
+
+def _collection(field: str, value: Any, what: str) -> list[Any]:
+    """The items of a list, tuple or set of at most ``MAX_ITEMS`` (one string is not a collection)."""
+    if isinstance(value, str):
+        raise RequirementError(field, f"must be a collection of {what}, not one string", value)
+    if not isinstance(value, _COLLECTIONS):
+        raise RequirementError(field, f"must be a list, tuple or set of {what}, got {type(value).__name__}", value)
+    if len(value) > MAX_ITEMS:
+        raise RequirementError(field, f"at most {MAX_ITEMS} {what}, got {len(value)}", value)
+    return list(value)
 
 
 def parse_port(token: Any) -> str:
     """``"1935/tcp"`` normalised; ``RequirementError`` (field ``ports``) when malformed."""
     if not isinstance(token, str):
-        raise RequirementError("ports", f"a port is a 'PORT/proto' string, got {token!r}", token)
-    m = _PORT.match(token.strip().lower())
+        raise RequirementError("ports", f"a port is a 'PORT/proto' string, got {shown(token)}", token)
+    m = _PORT.match(token.strip().lower()) if len(token) <= 64 else None
     if m is None or not (1 <= int(m.group(1)) <= 65535):
-        raise RequirementError("ports", f"malformed port token {token!r}; expected 'PORT/tcp' or 'PORT/udp' with PORT in 1..65535", token)
+        raise RequirementError("ports", f"malformed port token {shown(token)}; expected 'PORT/tcp' or 'PORT/udp' with PORT in 1..65535", token)
     return f"{int(m.group(1))}/{m.group(2)}"
 
 
@@ -150,6 +200,9 @@ class Requirement:
         scale: str = "degrade_first",
     ) -> None:
         s = object.__setattr__
+        for flag, value in (("fallback", fallback), ("exclusive", exclusive)):
+            if not isinstance(value, bool):
+                raise RequirementError(flag, f"must be True or False, got {shown(value)}", value)
         mt = _parse_tier("min_tier", min_tier)
         if floor is None:
             fl = ComputeTier.RELAY if fallback else mt
@@ -167,26 +220,26 @@ class Requirement:
         gpus = _amount("num_gpus", num_gpus)
         if gpus > 1 and gpus != int(gpus):
             raise RequirementError("num_gpus", "more than one GPU must be a whole number of devices", num_gpus)
-        if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model.strip()):
-            raise RequirementError("gpu_model", "must be a non-empty model name", gpu_model)
-        if gpu_model is not None and gpus == 0:
-            raise RequirementError("gpu_model", "a GPU model needs num_gpus > 0", gpu_model)
-        if isinstance(capabilities, str):
-            raise RequirementError("capabilities", "must be a collection of tags, not one string", capabilities)
-        caps = frozenset(capabilities)
-        for c in caps:
+        if gpu_model is not None:
+            _name("gpu_model", gpu_model, "model name")
+            if gpus == 0:
+                raise RequirementError("gpu_model", "a GPU model needs num_gpus > 0", gpu_model)
+        tags = _collection("capabilities", capabilities, "tags")
+        for c in tags:  # typed before hashing: frozenset() would call a hostile __hash__
             if not isinstance(c, str) or not c.strip():
-                raise RequirementError("capabilities", f"capability tags are non-empty strings, got {c!r}", c)
-        if isinstance(ports, str):
-            raise RequirementError("ports", "must be a collection of 'PORT/proto' tokens, not one string", ports)
-        port_tokens = tuple(sorted({parse_port(p) for p in ports}))
-        if pool is not None and (not isinstance(pool, str) or not pool):
-            raise RequirementError("pool", "must be a non-empty pool name", pool)
+                raise RequirementError("capabilities", f"capability tags are non-empty strings, got {shown(c)}", c)
+            if len(c) > MAX_NAME:
+                raise RequirementError("capabilities", f"a capability tag is at most {MAX_NAME} characters, got {len(c)}", c)
+        caps = frozenset(tags)
+        port_tokens = tuple(sorted({parse_port(p) for p in _collection("ports", ports, "'PORT/proto' tokens")}))
+        if pool is not None:
+            if not isinstance(pool, str) or not pool:
+                raise RequirementError("pool", f"must be a non-empty pool name, got {shown(pool)}", pool)
+            _name("pool", pool, "pool name")
         _choice("prefer", prefer, _PREFER)
         _choice("when_full", when_full, _WHEN_FULL)
         _choice("scale", scale, _SCALE)
-        if isinstance(payload_size, bool) or not isinstance(payload_size, int) or payload_size < 0:
-            raise RequirementError("payload_size", "must be a non-negative integer (bytes)", payload_size)
+        _check_payload(payload_size)
         s(self, "min_tier", mt)
         s(self, "floor", fl)
         s(self, "fallback", bool(fallback))
@@ -244,8 +297,7 @@ class Requirement:
     def with_payload(self, payload_size: int) -> "Requirement":
         """The same requirement for a call carrying ``payload_size`` bytes, without validating
         again (~1 µs: build the requirement once per decorated function, derive one per call)."""
-        if isinstance(payload_size, bool) or not isinstance(payload_size, int) or payload_size < 0:
-            raise RequirementError("payload_size", "must be a non-negative integer (bytes)", payload_size)
+        _check_payload(payload_size)
         new = object.__new__(Requirement)
         s = object.__setattr__
         for name in Requirement.__slots__:
@@ -296,9 +348,9 @@ class Requirement:
         from fabric.settings import FabricSettings
 
         settings = settings if settings is not None else FabricSettings()
-        op = settings.operations.get(name)
+        op = settings.operations.get(name) if isinstance(name, str) else None
         if op is None:
-            raise RequirementError("operation", f"unknown operation {name!r}; operations: {sorted(settings.operations)}", name)
+            raise RequirementError("operation", f"unknown operation {shown(name)}; operations: {sorted(settings.operations)}", name)
         kw: dict[str, Any] = {
             "min_tier": op.min_tier, "floor": op.floor if op.fallback else None, "fallback": op.fallback,
             "num_cpus": op.num_cpus, "memory_mib": op.memory_mib, "num_gpus": op.num_gpus,
@@ -313,8 +365,13 @@ class Requirement:
         """``self`` if it refers only to things ``settings`` defines (its pool); else
         ``RequirementError('pool')``."""
         if self.pool is not None and all(p.name != self.pool for p in settings.pools):
-            raise RequirementError("pool", f"unknown pool {self.pool!r}; pools: {sorted(p.name for p in settings.pools)}", self.pool)
+            raise RequirementError("pool", f"unknown pool {shown(self.pool)}; pools: {sorted(p.name for p in settings.pools)}", self.pool)
         return self
+
+
+def _check_payload(payload_size: Any) -> None:
+    if isinstance(payload_size, bool) or not isinstance(payload_size, int) or not 0 <= payload_size < _MAX_PAYLOAD:
+        raise RequirementError("payload_size", f"must be a non-negative integer (bytes) below 2**63, got {shown(payload_size)}", payload_size)
 
 
 def _rebuild(kwargs: dict[str, Any]) -> Requirement:

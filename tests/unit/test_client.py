@@ -83,3 +83,26 @@ def test_operations_of_the_running_fabric_are_known():
         assert adaptive.remote(operation="thumbs")(f).requirement.floor is ComputeTier.CPU_FFMPEG
     finally:
         use_settings(None)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    # OverflowError and TypeError escaped these before (issue 12's fuzz run)
+    ({"min_tier": "relay", "queue_timeout_s": 10**400}, "queue_timeout_s"),
+    ({"min_tier": "relay", "queue_timeout_s": float("inf")}, "queue_timeout_s"),
+    ({"min_tier": "relay", "ports": 5}, "ports"),
+    ({"min_tier": "relay", "capabilities": 7}, "capabilities"),
+    ({"min_tier": "relay", "num_cpus": 10**400}, "num_cpus"),
+    ({"min_tier": "relay", "on_no_capacity": ["queue"]}, "on_no_capacity"),
+    ({"min_tier": "relay", "max_retries": 10**400}, "max_retries"),
+    ({"min_tier": "relay", "priority": 10**400}, "priority"),
+    ({"min_tier": "relay", "name": 5}, "name"),
+    ({"min_tier": "relay", "name": "n" * 100_000}, "name"),
+    ({"operation": ["lupine"]}, "operation"),
+])
+def test_hostile_decorator_arguments_fail_at_decoration(kwargs, field):
+    with pytest.raises(RequirementError) as exc:
+        adaptive.remote(**kwargs)
+    assert exc.value.field == field
+    with pytest.raises(RequirementError) as exc:
+        adaptive.remote(min_tier="relay")(f).options(**kwargs)
+    assert exc.value.field == field

@@ -158,3 +158,64 @@ def test_with_payload_is_the_same_class():
     assert hash(call) == hash(Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg", ports=("1935/tcp",), payload_size=4096))
     with pytest.raises(RequirementError):
         base.with_payload(-1)
+
+
+class _Hostile:
+    """Every protocol raises: ==, hash, iteration, truth, repr. Type checks come first, so it is
+    refused as a wrong type without being touched."""
+
+    def _boom(self, *args, **kwargs):
+        raise RuntimeError("touched")
+
+    __eq__ = __hash__ = __iter__ = __len__ = __bool__ = __repr__ = __float__ = __index__ = _boom
+
+
+_deep: list = []
+for _ in range(5000):
+    _deep = [_deep]
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    # the issue's fuzz run: TypeError and OverflowError escaped these (issue 12)
+    ({"ports": 5}, "ports"),
+    ({"capabilities": 7}, "capabilities"),
+    ({"capabilities": None}, "capabilities"),
+    ({"num_cpus": 10**400}, "num_cpus"),
+    ({"memory_mib": -(10**400)}, "memory_mib"),
+    ({"num_gpus": 10**400}, "num_gpus"),
+    ({"num_cores": 2**1024}, "num_cores"),
+    ({"num_cpus": 1e300}, "num_cpus"),
+    ({"prefer": 10**5000}, "prefer"),                  # its repr alone raises ValueError
+    ({"min_tier": _deep}, "min_tier"),                 # its repr alone raises RecursionError
+    ({"when_full": _Hostile()}, "when_full"),
+    ({"fallback": _Hostile()}, "fallback"),
+    ({"capabilities": [_Hostile()]}, "capabilities"),
+    ({"capabilities": {"a": 1}}, "capabilities"),
+    ({"capabilities": [f"t{i}" for i in range(100_000)]}, "capabilities"),
+    ({"capabilities": ["x" * 100_000]}, "capabilities"),
+    ({"num_gpus": 1, "gpu_model": "x" * 100_000}, "gpu_model"),
+    ({"pool": "p" * 100_000}, "pool"),
+    ({"ports": ["1935/tcp" + " " * 100_000]}, "ports"),
+    ({"payload_size": 10**400}, "payload_size"),
+])
+def test_hostile_input_is_a_requirement_error_naming_the_field(kwargs, field):
+    with pytest.raises(RequirementError) as info:
+        Requirement(**kwargs)
+    assert info.value.field == field
+    assert len(str(info.value)) < 400  # the value is shown cut short, never whole
+
+
+def test_amount_bounds_are_inclusive_and_documented():
+    from fabric.placement.requirement import MAX_AMOUNT, MAX_ITEMS, MAX_NAME
+
+    assert Requirement(num_cpus=MAX_AMOUNT, memory_mib=int(MAX_AMOUNT)).num_cpus == MAX_AMOUNT
+    assert len(Requirement(capabilities=[f"t{i}" for i in range(MAX_ITEMS)]).capabilities) == MAX_ITEMS
+    assert Requirement(pool="p" * MAX_NAME).pool == "p" * MAX_NAME
+    assert Requirement(capabilities={"a", "b"}, ports=frozenset({"80/tcp"})).capabilities == {"a", "b"}
+
+
+def test_an_unknown_operation_of_any_type_is_refused():
+    for name in (["vaapi_encode"], 10**5000):
+        with pytest.raises(RequirementError) as info:
+            Requirement.from_operation(name)
+        assert info.value.field == "operation"
