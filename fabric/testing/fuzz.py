@@ -103,8 +103,9 @@ def _show(value: Any) -> str:
 
 
 def _where(exc: BaseException) -> str:
-    """``file:line in function`` of the innermost frame, so a crash report points at the code."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """``file:line in function`` of the innermost frame outside this module (for a timeout: the
+    code the guard interrupted), so a crash report points at the code."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
     if not frames:
         return ""
     last = frames[-1]
