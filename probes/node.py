@@ -70,8 +70,10 @@ def probe_node(
     a profile's declared roles); ``max_concurrent_tasks`` overrides the derived slot count.
     Raises only ``ValueError`` for an unknown role or a non-positive override.
     """
-    if max_concurrent_tasks is not None and max_concurrent_tasks < 1:
-        raise ValueError(f"max_concurrent_tasks must be >= 1, got {max_concurrent_tasks}")
+    m = max_concurrent_tasks
+    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 1 <= m < 1 << 31):
+        shown = (m if m.bit_length() < 64 else f"<{m.bit_length()}-bit int>") if isinstance(m, int) else type(m).__name__
+        raise ValueError(f"max_concurrent_tasks must be an integer from 1 to 2**31 - 1, got {shown}")
     roles = tuple(str(r).strip().lower() for r in roles if str(r).strip())
     unknown = [r for r in roles if r not in ROLES]
     if unknown:

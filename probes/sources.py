@@ -187,6 +187,8 @@ class RecordedSources:
     """A recording folder standing for one machine (see the module docstring for its layout)."""
 
     def __init__(self, root: str | Path) -> None:
+        if not isinstance(root, (str, os.PathLike)):
+            raise ProbeError(f"a recording folder is a str or Path, got {type(root).__name__}", source=None)
         self.root = Path(root)
         if not self.root.is_dir():
             raise ProbeError(f"recording folder {str(self.root)!r} does not exist or is not a folder", source=str(self.root))

@@ -116,3 +116,10 @@ def test_profile_json_round_trips_through_the_model():
     caps = probe("gpu-cuda-workstation")
     again = NodeCapabilities.model_validate(json.loads(caps.model_dump_json()))
     assert again == caps and again.tier is ComputeTier.GPU_CUDA
+
+
+@pytest.mark.parametrize("bad", ["4", 2.5, True, 10**400, 1 << 31])
+def test_a_max_concurrent_tasks_override_that_is_no_count_is_a_value_error(bad):
+    # "4" and 2.5 compared or overflowed as a TypeError before (issue 12); 10**400 reached Ray
+    with pytest.raises(ValueError, match="max_concurrent_tasks must be an integer"):
+        probe_node(RecordedSources(profile_path("cpu-only-box")), max_concurrent_tasks=bad)

@@ -260,3 +260,9 @@ def test_giant_numbers_in_a_recording_are_absent(tmp_path):
     assert not internal(caps)
     assert caps.cpu_logical == 1 and caps.memory_mib == 0 and caps.storage[0].size_gib == 0.0
     assert "h264_vaapi" not in caps.ffmpeg.working
+
+
+@pytest.mark.parametrize("root", [5, None, b"/tmp"])
+def test_a_recording_folder_that_is_no_path_is_a_probe_error(root):
+    with pytest.raises(ProbeError, match="str or Path"):
+        RecordedSources(root)
