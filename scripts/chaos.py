@@ -129,7 +129,10 @@ class Fleet:
         return {r.node_id for r in h.records()} | {r.node_id for r in h.collected()}
 
     def in_scheduler(self, name: str) -> bool:
-        return any(r.name == name and r.placeable for r in ray.get(self.sched().nodes.remote(), timeout=30))
+        """The scheduler holds ``name`` and may place on it: active, not cordoned, not flap-held.
+        (Not ``placeable``: that also needs a free slot, which a burst keeps taken.)"""
+        return any(r.name == name and r.status.value == "active" and not r.cordoned and not r.flap_held
+                   for r in ray.get(self.sched().nodes.remote(), timeout=30))
 
     def node_status(self, name: str) -> str:
         return self.lf.handle.node(name).status.value

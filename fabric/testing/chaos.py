@@ -55,13 +55,16 @@ class Outcome:
     records_lost: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     """Exception type name -> calls that failed with it (lost calls, by cause)."""
+    offenders: list[dict] = field(default_factory=list)
+    """The first few starts below the floor or on an excluded node, with their times."""
     note: str = ""
 
     def as_json(self) -> dict:
         return {"calls": self.calls, "completed": self.completed, "lost": self.lost, "refused": self.refused,
                 "duplicates": self.duplicates, "below_floor": self.below_floor, "on_excluded": self.on_excluded,
                 "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 3),
-                "records_lost": self.records_lost, "failures": dict(self.failures), "note": self.note}
+                "records_lost": self.records_lost, "failures": dict(self.failures), "offenders": list(self.offenders),
+                "note": self.note}
 
     @property
     def clean(self) -> bool:
@@ -104,6 +107,17 @@ def score(name: str, *, accepted: dict[str, float] | Iterable[str], completed: I
     failures: dict[str, int] = {}
     for kind in failed.values():
         failures[kind] = failures.get(kind, 0) + 1
+
+    def excluded_by(r: RunLine) -> Exclusion | None:
+        sent = submitted.get(r.call_id, -math.inf)
+        return next((e for e in exclusions if e.node_id == r.node_id and sent >= e.since and r.start < e.until), None)
+
+    offenders = []
+    for r in runs:
+        e = excluded_by(r)
+        if (e is not None or below_floor(r)) and len(offenders) < 5:
+            offenders.append({"call_id": r.call_id, "node_id": r.node_id[:12], "sent": submitted.get(r.call_id),
+                              "start": r.start, "excluded": None if e is None else [e.since, e.until, e.reason]})
     return Outcome(
         name=name,
         calls=len(accepted) + refused,
@@ -112,10 +126,10 @@ def score(name: str, *, accepted: dict[str, float] | Iterable[str], completed: I
         refused=refused,
         duplicates=sum(1 for c in accepted if starts.get(c, 0) > 1),
         below_floor=sum(1 for r in runs if below_floor(r)),
-        on_excluded=sum(1 for r in runs if any(e.node_id == r.node_id and submitted.get(r.call_id, -math.inf) >= e.since
-                                               and r.start < e.until for e in exclusions)),
+        on_excluded=sum(1 for r in runs if excluded_by(r) is not None),
         recovery_s=recovery_s,
         records_lost=len(set(records_before) - set(records_after)),
         failures=failures,
+        offenders=offenders,
         note=note,
     )
