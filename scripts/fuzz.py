@@ -4,7 +4,7 @@
     python scripts/fuzz.py [--examples N] [--json] [--surface NAME ...] [--seed S]
 
 Runs each registered fuzz surface (``tests/fuzz/surfaces_pure.py``, which brings in the probe
-surfaces, and ``tests/fuzz/surfaces_registry.py`` when it exists) for N examples and prints one
+surfaces, ``tests/fuzz/surfaces_registry.py`` and ``tests/fuzz/surfaces_scheduler.py`` when they exist) for N examples and prints one
 row per surface: inputs tried, clean typed refusals, crashes (any other exception, or an example
 past its time guard), refused inputs that were stored anyway, and the slowest example. The first
 crashing inputs of a surface are printed under the table. With ``--json`` the last line is
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ_DIR = ROOT / "tests" / "fuzz"
-SURFACE_MODULES = ("surfaces_pure", "surfaces_registry")
+SURFACE_MODULES = ("surfaces_pure", "surfaces_registry", "surfaces_scheduler")
 
 
 def load_surfaces() -> dict:

@@ -1,7 +1,8 @@
 """Every registered fuzz surface, with a small profile: no crash, no refused input stored.
 
 The surfaces come from ``surfaces_pure.py`` (settings, requirements, decorator, probe parsers,
-recordings) and, where present, ``surfaces_registry.py`` (the registry's calls). Each surface is
+recordings) and, where present, ``surfaces_registry.py`` (the registry's calls) and
+``surfaces_scheduler.py`` (the scheduler's). Each surface is
 its own test, so a failure names the surface and shows the inputs that crashed it. The number of
 examples per surface is ``FABRIC_FUZZ_EXAMPLES`` (default 200); ``scripts/fuzz.py`` runs the
 large profile.
@@ -20,7 +21,7 @@ from fabric.testing.fuzz import SURFACES, run_surface
 HERE = Path(__file__).resolve().parent
 EXAMPLES = int(os.environ.get("FABRIC_FUZZ_EXAMPLES", "200"))
 
-for module in ("surfaces_pure", "surfaces_registry"):
+for module in ("surfaces_pure", "surfaces_registry", "surfaces_scheduler"):
     if (HERE / f"{module}.py").exists():
         importlib.import_module(module)
 
