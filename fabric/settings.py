@@ -42,6 +42,14 @@ _M = TypeVar("_M", bound=_Model)
 
 
 def _tier(v: Any) -> ComputeTier:
+    # Type and length first: parse() puts repr(v) in its message, and a repr that raises anything
+    # but ValueError (an object's own, RecursionError) would escape pydantic's validation.
+    if isinstance(v, ComputeTier):
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"a compute tier is a tier name, got {type(v).__name__}")
+    if len(v) > 64:
+        raise ValueError(f"unknown compute tier (a {len(v)}-character string)")
     return ComputeTier.parse(v)
 
 

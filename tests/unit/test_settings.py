@@ -333,3 +333,15 @@ def test_a_key_too_long_to_print_does_not_break_the_report():
     with pytest.raises(SettingsError) as exc:
         FabricSettings.load({"operations": {10**5000: {}}})
     assert [p.code for p in exc.value.problems] == ["string_type"]
+
+
+def test_a_tier_whose_repr_raises_is_a_settings_problem_not_its_exception():
+    class Opaque:
+        def __repr__(self):
+            raise RuntimeError("no repr")  # escaped pydantic out of ComputeTier.parse's message before
+
+    with pytest.raises(SettingsError) as exc:
+        FabricSettings.load({"operations": {"x": {"min_tier": Opaque(), "floor": "t" * 10_000}}})
+    assert {(p.path, p.code) for p in exc.value.problems} == {("operations.x.min_tier", "value_error"),
+                                                              ("operations.x.floor", "value_error")}
+    assert all(len(p.message) < 200 for p in exc.value.problems)
