@@ -103,13 +103,11 @@ def _show(value: Any) -> str:
 
 
 def _where(exc: BaseException) -> str:
-    """``file:line in function`` of the innermost frame outside this module (for a timeout: the
-    code the guard interrupted), so a crash report points at the code."""
+    """``file:line in function`` of the three innermost frames outside this module, innermost
+    first (for a timeout: the code the guard interrupted), so a crash report points at the code
+    even when the innermost frame is a hostile input's own method."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
-    if not frames:
-        return ""
-    last = frames[-1]
-    return f"{last.filename}:{last.lineno} in {last.name}"
+    return " <- ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(frames[-3:]))
 
 
 class _TimeGuard:
