@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import codecs
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fabric.bounded_read import TOO_LARGE, read_regular
 from fabric.errors import SettingsError, SettingsProblem
 from fabric.tiers import ComputeTier
 
@@ -338,38 +338,14 @@ class FabricSettings(_Model):
 
 # -- reading a settings file: bounded, never blocking, never recursing without limit ------------------
 def _read_settings_file(p: Path) -> bytes:
-    """The bytes of settings file ``p``: a regular file of at most ``MAX_SETTINGS_BYTES``."""
-
-    def refuse(code: str, message: str) -> SettingsError:
-        return SettingsError([SettingsProblem(code, str(p), message)])
-
-    try:
-        # stat before opening (a FIFO's open would wait for a writer), fstat after (a swap between)
-        regular = stat.S_ISREG(os.stat(p).st_mode)
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)) if regular else -1
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise refuse("unreadable", f"cannot read settings file: {getattr(exc, 'strerror', None) or exc}") from exc
-    if fd < 0:
-        raise refuse("unreadable", "cannot read settings file: not a regular file")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-        while regular and size <= MAX_SETTINGS_BYTES:
-            chunk = os.read(fd, MAX_SETTINGS_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise refuse("unreadable", f"cannot read settings file: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
-    if not regular:
-        raise refuse("unreadable", "cannot read settings file: not a regular file")
-    if size > MAX_SETTINGS_BYTES:
-        raise refuse("too_large", f"settings file is larger than {MAX_SETTINGS_BYTES // 1024} KiB")
-    return b"".join(chunks)
+    """The bytes of settings file ``p``: a regular file of at most ``MAX_SETTINGS_BYTES``
+    (``fabric.bounded_read``: a FIFO or a device never blocks the read)."""
+    data, kind, why = read_regular(p, MAX_SETTINGS_BYTES)
+    if data is not None:
+        return data
+    if kind == TOO_LARGE:
+        raise SettingsError([SettingsProblem("too_large", str(p), f"settings file is larger than {MAX_SETTINGS_BYTES // 1024} KiB")])
+    raise SettingsError([SettingsProblem("unreadable", str(p), f"cannot read settings file: {why or 'no such file'}")])
 
 
 # UTF-32 first: its little-endian mark starts with UTF-16's.

@@ -10,12 +10,11 @@ not there is absent without a reason (the common case: that hardware is not on t
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
+
+from fabric.bounded_read import ABSENT, read_regular
 
 __all__ = ["MAX_READ", "MAX_JSON_DEPTH", "read_capped", "load_json", "nesting_depth"]
 
@@ -26,54 +25,14 @@ MAX_JSON_DEPTH = 32
 encoder capacity); 32 leaves room and keeps every walker over the result far from Python's
 recursion limit."""
 
-_ABSENT = (errno.ENOENT, errno.ENOTDIR)
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def read_capped(path: str | Path, limit: int = MAX_READ) -> tuple[str | None, str | None]:
     """(text, None) for a regular file of at most ``limit`` bytes (decoded as UTF-8, undecodable
-    bytes replaced); (None, None) when nothing is there; (None, why) for anything else.
-
-    Opened non-blocking and checked with ``fstat`` on the open descriptor, so neither a FIFO
-    nor a file swapped between a check and the open can make the read wait."""
-    try:
-        # stat first: opening a device can do things (a watchdog, a tape); then fstat the
-        # descriptor itself, in case the path was swapped in between.
-        why = _not_regular(os.stat(path).st_mode)
-        if why is not None:
-            return None, why
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        return None, None if exc.errno in _ABSENT else f"cannot be opened ({exc.strerror or type(exc).__name__})"
-    except ValueError:  # a NUL byte in the path
-        return None, None
-    try:
-        why = _not_regular(os.fstat(fd).st_mode)
-        if why is not None:
-            return None, why
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        return None, f"cannot be read ({exc.strerror or type(exc).__name__})"
-    finally:
-        os.close(fd)
-    if size > limit:
-        return None, f"is larger than {limit // 1024} KiB"
-    return b"".join(chunks).decode("utf-8", errors="replace"), None
-
-
-def _not_regular(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return f"is {kind}, not a regular file"
+    bytes replaced); (None, None) when nothing is there; (None, why) for anything else (see
+    ``fabric.bounded_read.read_regular``: never blocks on a FIFO, never reads past the cap)."""
+    data, kind, why = read_regular(path, limit)
+    if data is None:
+        return None, None if kind == ABSENT else why
+    return data.decode("utf-8", errors="replace"), None
 
 
 def nesting_depth(value: Any, stop_after: int) -> int:
