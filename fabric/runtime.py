@@ -145,7 +145,7 @@ def down(timeout_s: float = 30.0) -> list[str]:
     return stopped
 
 
-def running_calls(ray: Any) -> dict[str, int]:
+def running_calls() -> dict[str, int]:
     """Per alive node id: ``fabric.slots`` in use (total minus available, from Ray's GCS)."""
     from ray._private import state  # Ray 2.60 has no public per-node *available* view
 
@@ -219,7 +219,7 @@ class FabricHandle:
         placed by the scheduler) holds one ``fabric.slots`` while it runs, so a node's slots in use
         are exactly its running calls. Not the scheduler's reservations: a lease reserves slots
         whether or not a call uses them."""
-        return running_calls(_ray())
+        return running_calls()
 
     def select_worker(self, req: Any) -> Any:
         return self._get(self._actor(SCHEDULER).select_worker.remote(req))
