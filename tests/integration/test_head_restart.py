@@ -20,6 +20,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fabric.lifecycle import NodeStatus  # noqa: E402
+from fabric.store import FabricStore  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -34,11 +35,17 @@ def test_a_new_head_on_the_same_store_keeps_every_record(tmp_path):
         before = {r.node_id: r for r in first.handle.records()}
         store = ray.get(ray.get_actor("fabric.registry", namespace="fabric").ping.remote(), timeout=30)["store"]
     assert len(before) == 2 and store == str(tmp_path / "fabric.db")
+    # What the store holds as the new head starts: a node the old monitor saw leave while its head
+    # was still shutting down is already offline; every record still active/draining must not stay so.
+    on_disk = FabricStore(tmp_path / "fabric.db")
+    still_up = {r.node_id for r in on_disk.list([NodeStatus.ACTIVE, NodeStatus.DRAINING])}
+    assert set(before) == {r.node_id for r in on_disk.list()}
+    on_disk.close()
     with LocalFabric(["cpu-only-box"], settings=settings, scheduler=False, max_slots=1) as second:
         reconciled = ray.get(ray.get_actor("fabric.registry", namespace="fabric").ping.remote(), timeout=30)["reconciled_offline"]
         after = {r.node_id: r for r in second.handle.records()}
         new = second.node("cpu-only-box").node_id
-    assert sorted(reconciled) == sorted(before)  # the registry set them offline as it started
+    assert sorted(reconciled) == sorted(still_up)  # the registry set them offline as it started
     for node_id, old in before.items():
         assert node_id in after, f"record of {old.name} lost with the head"
         assert after[node_id].status is NodeStatus.OFFLINE  # Ray no longer knows it: never active
