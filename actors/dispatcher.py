@@ -14,9 +14,9 @@ import asyncio
 import ray
 from ray import cloudpickle
 
-from fabric import names
-from fabric.dispatch import launch
-from fabric.errors import CapacityError
+from fabric.core import names
+from fabric.rayio.tasks import launch
+from fabric.core.errors import CapacityError
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=100_000)

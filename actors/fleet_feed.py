@@ -16,11 +16,11 @@ from typing import Any
 
 import ray
 
-from fabric.lifecycle import NodeStatus
-from fabric.placement import NodeRecord
-from fabric.names import TIER_LABEL
-from fabric.settings import FabricSettings
-from fabric.tiers import ComputeTier
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.placement import NodeRecord
+from fabric.core.names import TIER_LABEL
+from fabric.core.settings import FabricSettings
+from fabric.core.tiers import ComputeTier
 
 REGISTRY = "fabric.registry"
 NAMESPACE = "fabric"

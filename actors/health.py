@@ -32,13 +32,14 @@ from typing import Any
 
 import ray
 
-from actors.ray_adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter, probe_actor_name
-from fabric.errors import RegistrationError, TransitionError
-from fabric.events import NodeAdded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
-from fabric.health import HealthPolicy, NodeHealth, ProbeRestarts, RayNodeView
-from fabric.messages import MAX_EVENTS
-from fabric.lifecycle import NodeStatus
-from fabric.settings import FabricSettings
+from actors.probe import ProbeActor
+from fabric.rayio.adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter, probe_actor_name
+from fabric.core.errors import RegistrationError, TransitionError
+from fabric.core.events import NodeAdded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
+from fabric.core.health import HealthPolicy, NodeHealth, ProbeRestarts, RayNodeView
+from fabric.core.messages import MAX_EVENTS
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.settings import FabricSettings
 
 _FLAPS_KEY = "health.flaps"
 _SUBSCRIBERS_KEY = "health.subscribers"
@@ -47,7 +48,7 @@ EVENT_LOG_SIZE = 10_000
 
 @ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)
 class HealthMonitorActor:
-    """The named, detached health monitor (``fabric.health``)."""
+    """The named, detached health monitor (``fabric.core.health``)."""
 
     def __init__(self, settings: dict | None = None) -> None:
         self.settings = FabricSettings.load(settings or {})
@@ -180,7 +181,7 @@ class HealthMonitorActor:
             if row is None or not row.alive:
                 continue
             try:
-                self.adapter.ensure_probe(row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s)
+                self.adapter.ensure_probe(ProbeActor, row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s)
             except Exception as exc:
                 self.last_error = f"probe for {node.node_id[:12]}: {type(exc).__name__}: {exc}"
 

@@ -4,7 +4,7 @@ The health monitor starts one on every node that joins (by any means), so nothin
 run by hand on a node after ``fabric join``. The actor reads the node the way its bootstrap did:
 
 1. a ``fabric.io/profile=<name>`` label (``LocalFabric``, ``fabric join --profile``) means the
-   bundled profile's recording (``fabric.profiles.profile_path``);
+   bundled profile's recording (``probes.profiles.profile_path``);
 2. else ``FABRIC_RECORDING`` in the environment (``fabric join --recording DIR`` starts the
    raylet with it, and Ray's workers inherit the raylet's environment; a label cannot hold a path);
 3. else the live machine.
@@ -25,11 +25,11 @@ from typing import Any
 
 import ray
 
-from actors.ray_adapter import REGISTRY_NAME, RayAdapter
-from fabric.capabilities import LABEL_PREFIX, NodeCapabilities
-from fabric.errors import RegistrationError
-from fabric.health import PROFILE_LABEL, detect_degradation
-from fabric.store import GpuUtilization, Utilization
+from fabric.rayio.adapter import REGISTRY_NAME, RayAdapter
+from fabric.core.capabilities import LABEL_PREFIX, NodeCapabilities
+from fabric.core.errors import RegistrationError
+from fabric.core.health import PROFILE_LABEL, detect_degradation
+from fabric.core.records import GpuUtilization, Utilization
 
 RECORDING_ENV = "FABRIC_RECORDING"
 """Environment variable naming the recording folder a node was joined from (``fabric join --recording``)."""
@@ -43,7 +43,7 @@ def sources_for(labels: dict[str, str], environ: dict[str, str] | None = None) -
     environ = dict(os.environ) if environ is None else environ
     profile = labels.get(PROFILE_LABEL)
     if profile:
-        from fabric.profiles import profile_path
+        from probes.profiles import profile_path
 
         return RecordedSources(profile_path(profile)), profile
     recording = environ.get(RECORDING_ENV)

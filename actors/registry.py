@@ -21,13 +21,14 @@ from typing import Any, Callable, Iterable, Mapping
 
 import ray
 
-from actors.ray_adapter import HEAD_RESOURCE, RayAdapter
-from fabric.errors import NodeNotFoundError, RegistrationError
-from fabric.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased
-from fabric.health import NAME_LABEL, PROFILE_LABEL
-from fabric.lifecycle import NodeStatus, check_transition
-from fabric.messages import check_joined_tiers, read_events, read_heartbeat, read_registration, read_report
-from fabric.store import FabricStore, RegistryRecord, Utilization
+from fabric.rayio.adapter import HEAD_RESOURCE, RayAdapter
+from fabric.core.errors import NodeNotFoundError, RegistrationError
+from fabric.core.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased
+from fabric.core.health import NAME_LABEL, PROFILE_LABEL
+from fabric.core.lifecycle import NodeStatus, check_transition
+from fabric.core.messages import check_joined_tiers, read_events, read_heartbeat, read_registration, read_report
+from fabric.core.records import RegistryRecord, Utilization
+from fabric.store import FabricStore
 
 _HOLDS_KEY = "registry.pending_holds"
 """Flap holds the monitor decided for a node Ray has alive but whose probe has not registered yet
@@ -37,7 +38,7 @@ _HOLDS_KEY = "registry.pending_holds"
 class Registry:
     """The registry's logic over a store and a Ray adapter (real or fake) and a clock.
 
-    Every message is read whole (``fabric.messages``) before anything is looked up or stored, so
+    Every message is read whole (``fabric.core.messages``) before anything is looked up or stored, so
     a refused one changes nothing: not a record, not a pending hold, not a row of the store."""
 
     def __init__(self, store: FabricStore, adapter: Any, clock: Callable[[], float] = time.time) -> None:

@@ -21,11 +21,11 @@ from typing import Any
 import ray
 
 from actors.fleet_feed import FleetFeed
-from fabric import scheduler_messages as msg
-from fabric.errors import CapacityError, MessageError
-from fabric.placement import PlacementContext, Requirement, dry_run
-from fabric.scheduling import Expired, MarkDraining, NodeAssignment, Placed, SchedulerCore
-from fabric.settings import FabricSettings
+from fabric.core.scheduling import messages as msg
+from fabric.core.errors import CapacityError, MessageError
+from fabric.core.placement import PlacementContext, Requirement, dry_run
+from fabric.core.scheduling import Expired, MarkDraining, NodeAssignment, Placed, SchedulerCore
+from fabric.core.settings import FabricSettings
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=100_000)
@@ -147,7 +147,7 @@ class SchedulerActor:
         first failing filter, each survivor's key, and the text a person reads."""
         req = msg.read_requirement(req)
         if ctx is not None and not isinstance(ctx, PlacementContext):
-            raise MessageError("ctx", "must be a fabric.placement.PlacementContext or None", type(ctx).__name__)
+            raise MessageError("ctx", "must be a fabric.core.placement.PlacementContext or None", type(ctx).__name__)
         if not self._ready.is_set():
             await self._ready.wait()
         d = dry_run(self.core.fleet, self.core.check_requirement(req), ctx)
@@ -210,7 +210,7 @@ class SchedulerActor:
         matches = [r.node_id for r in self.core.fleet.records() if r.name == node]
         if len(matches) == 1:
             return matches[0]
-        from fabric.errors import NodeNotFoundError
+        from fabric.core.errors import NodeNotFoundError
 
         raise NodeNotFoundError(node)
 

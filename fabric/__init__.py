@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from fabric.capabilities import (
+from fabric.core.capabilities import (
     FfmpegInfo,
     FramebufferInfo,
     GpuInfo,
@@ -21,7 +21,7 @@ from fabric.capabilities import (
     StorageKind,
     TailnetInfo,
 )
-from fabric.errors import (
+from fabric.core.errors import (
     CapacityError,
     FabricError,
     MessageError,
@@ -35,26 +35,26 @@ from fabric.errors import (
     SettingsProblem,
     TransitionError,
 )
-from fabric.settings import FabricSettings
-from fabric.tiers import ComputeTier
+from fabric.core.settings import FabricSettings
+from fabric.core.tiers import ComputeTier
 
 __version__ = "0.1.0"
 
 # name -> module that defines it; imported on first attribute access (PEP 562) so that
 # ``import fabric`` stays pure and fast.
 _LAZY: dict[str, str] = {
-    "Requirement": "fabric.placement",
-    "FleetView": "fabric.placement",
-    "NodeRecord": "fabric.placement",
-    "Decision": "fabric.placement",
-    "PlacementTrace": "fabric.placement",
-    "place": "fabric.placement",
-    "place_many": "fabric.placement",
-    "adaptive": "fabric.client",
-    "up": "fabric.runtime",
-    "down": "fabric.runtime",
-    "FabricHandle": "fabric.runtime",
-    "NodeAssignment": "fabric.scheduling",
+    "Requirement": "fabric.core.placement",
+    "FleetView": "fabric.core.placement",
+    "NodeRecord": "fabric.core.placement",
+    "Decision": "fabric.core.placement",
+    "PlacementTrace": "fabric.core.placement",
+    "place": "fabric.core.placement",
+    "place_many": "fabric.core.placement",
+    "adaptive": "fabric.runtime.client",
+    "up": "fabric.runtime.control",
+    "down": "fabric.runtime.control",
+    "FabricHandle": "fabric.runtime.control",
+    "NodeAssignment": "fabric.core.scheduling",
 }
 
 

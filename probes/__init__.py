@@ -7,7 +7,7 @@ package sits above the pure core and below the actors: it imports neither Ray no
 
 from __future__ import annotations
 
-from fabric.capabilities import classify
+from fabric.core.capabilities import classify
 from probes.node import apply_settings, probe_node
 from probes.sources import LiveSources, RecordedSources, RecordingSources, Sources
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fabric.bounded_read import ABSENT, read_regular
+from fabric.core.bounded_read import ABSENT, read_regular
 
 __all__ = ["MAX_READ", "MAX_JSON_DEPTH", "read_capped", "load_json", "nesting_depth"]
 
@@ -28,7 +28,7 @@ recursion limit."""
 def read_capped(path: str | Path, limit: int = MAX_READ) -> tuple[str | None, str | None]:
     """(text, None) for a regular file of at most ``limit`` bytes (decoded as UTF-8, undecodable
     bytes replaced); (None, None) when nothing is there; (None, why) for anything else (see
-    ``fabric.bounded_read.read_regular``: never blocks on a FIFO, never reads past the cap)."""
+    ``fabric.core.bounded_read.read_regular``: never blocks on a FIFO, never reads past the cap)."""
     data, kind, why = read_regular(path, limit)
     if data is None:
         return None, None if kind == ABSENT else why

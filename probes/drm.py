@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from fabric.capabilities import PCI_VENDORS, GpuVendor
+from fabric.core.capabilities import PCI_VENDORS, GpuVendor
 from probes._numbers import parse_index, parse_int
 
 __all__ = ["RenderNode", "read_render_nodes", "decide_integrated", "AMD_APU_IDS"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from fabric.capabilities import FramebufferInfo
+from fabric.core.capabilities import FramebufferInfo
 from probes._numbers import parse_index
 
 __all__ = ["parse_framebuffer"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Iterable, TypeVar
 
-from fabric.capabilities import (
+from fabric.core.capabilities import (
     FfmpegInfo,
     GpuInfo,
     GpuVendor,
@@ -26,7 +26,7 @@ from fabric.capabilities import (
     NodeCapabilities,
     derive_max_concurrent_tasks,
 )
-from fabric.settings import FabricSettings
+from fabric.core.settings import FabricSettings
 from probes.drm import AMD_APU_IDS, RenderNode, read_render_nodes, same_pci_address
 from probes.ffmpeg import TIMED_OUT, TestEncode, encoders_to_test, failure_reason, parse_encoders, parse_version
 from probes.framebuffer import parse_framebuffer

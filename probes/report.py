@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fabric.capabilities import NodeCapabilities
+from fabric.core.capabilities import NodeCapabilities
 from probes.ffmpeg import HARDWARE_SUFFIXES, is_hardware
 
 __all__ = ["hardware_encoders", "encoder_families", "table_row", "unserved_rows", "format_summary",

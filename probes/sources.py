@@ -29,7 +29,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from fabric.errors import ProbeError
+from fabric.core.errors import ProbeError
 from probes._files import MAX_READ, load_json, read_capped
 from probes.ffmpeg import TestEncode, find_ffmpeg, format_test_encode, parse_test_encode, run_test_encodes
 from probes.libva import query_libva

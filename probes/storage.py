@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from fabric.capabilities import StorageInfo, StorageKind
+from fabric.core.capabilities import StorageInfo, StorageKind
 from probes._numbers import as_int
 
 __all__ = ["base_device", "storage_kind", "parse_storage"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric.capabilities import TailnetInfo
+from fabric.core.capabilities import TailnetInfo
 
 __all__ = ["parse_tailscale"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from fabric.capabilities import MIN_COMPUTE_CPUS, MIN_COMPUTE_MEMORY_MIB, GpuVendor, NodeCapabilities, classify
-from fabric.tiers import TIERS_BEST_FIRST, ComputeTier
+from fabric.core.capabilities import MIN_COMPUTE_CPUS, MIN_COMPUTE_MEMORY_MIB, GpuVendor, NodeCapabilities, classify
+from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
 
 __all__ = ["explain_unserved", "EXPLAINED_TIERS", "RELAY_CAPPED"]
 

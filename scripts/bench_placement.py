@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark the placement engine on realistic mixed fleets (single process, one core).
 
-For each fleet size: build a fleet (``fabric.placement.synth.realistic_fleet``: tiers, two
+For each fleet size: build a fleet (``fabric.core.placement.synth.realistic_fleet``: tiers, two
 pool tiers — on-prem spread and cloud binpack —, partial utilisation, spares, cordons,
 launching nodes), then run a stream of mixed task requirements through
 place -> commit, releasing the oldest allocations so the fleet stays near a steady state.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fabric.placement import FleetView, place, reference, synth  # noqa: E402
+from fabric.core.placement import FleetView, place, reference, synth  # noqa: E402
 
 
 def _run(fleet: FleetView, reqs, engine, *, trace: bool = False, live_cap: int = 0):

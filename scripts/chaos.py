@@ -38,10 +38,10 @@ from typing import Callable  # noqa: E402
 import ray  # noqa: E402
 
 from fabric import adaptive  # noqa: E402
-from fabric.profiles import profile_path  # noqa: E402
+from probes.profiles import profile_path  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from fabric.testing.chaos import Exclusion, Outcome, read_run_log, score  # noqa: E402
-from fabric.tiers import ComputeTier  # noqa: E402
+from fabric.core.tiers import ComputeTier  # noqa: E402
 
 PROFILES = ["gpu-cuda-workstation", "steamdeck-apu", "cpu-only-box", "arm64-board", "edge-relay"]
 TICK_S = 0.25

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from fabric.cli.connect import connect
-from fabric.errors import FabricError, SettingsConflictError, SettingsError
+from fabric.core.errors import FabricError, SettingsConflictError, SettingsError
 
 __all__ = ["add_parser", "format_settings_error"]
 
@@ -41,13 +41,13 @@ def format_settings_error(source: str, err: SettingsError) -> list[str]:
 def _fabric_actor_names(ray: Any) -> set[str]:
     from ray.util import list_named_actors
 
-    from fabric.runtime import NAMESPACE
+    from fabric.runtime.control import NAMESPACE
 
     return {a["name"] for a in list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE}
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from fabric.settings import FabricSettings
+    from fabric.core.settings import FabricSettings
 
     settings = None
     if args.config:

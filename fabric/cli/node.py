@@ -106,7 +106,7 @@ def _probe(args: argparse.Namespace) -> Any:
     from probes import LiveSources, RecordedSources, probe_node
 
     if args.profile:
-        from fabric.profiles import profile_path
+        from probes.profiles import profile_path
 
         sources: Any = RecordedSources(profile_path(args.profile))
     elif args.recording:
@@ -190,7 +190,7 @@ def _ago(now: float, then: float | None) -> str:
 
 
 def status_rows(records: Sequence[Any], now: float) -> list[dict[str, Any]]:
-    """One plain dict per node (``fabric.placement.NodeRecord`` in), the ``--json`` form."""
+    """One plain dict per node (``fabric.core.placement.NodeRecord`` in), the ``--json`` form."""
     rows = []
     for r in records:
         caps = r.capabilities
@@ -218,7 +218,7 @@ def format_status_table(rows: Sequence[dict[str, Any]], now: float, width: int |
     with a line that says so."""
     from rich.console import Console
 
-    from fabric.tiers import ComputeTier
+    from fabric.core.tiers import ComputeTier
 
     if width is None and sys.stdout.isatty():
         width = shutil.get_terminal_size().columns
@@ -264,7 +264,7 @@ def _status_table(shown: Sequence[str], body: Sequence[tuple[str, ...]]) -> Any:
 
 def run_status(args: argparse.Namespace) -> int:
     from fabric.cli.connect import connect
-    from fabric.runtime import FabricHandle
+    from fabric.runtime.control import FabricHandle
 
     ray = connect(args.address, "status")  # on failure it has said why (a token problem, nothing there...)
     if ray is None:

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from fabric.cli.connect import connect
-from fabric.errors import FabricError
+from fabric.core.errors import FabricError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -74,7 +74,7 @@ def run_node_op(args) -> int:
 
 
 def run_explain(args) -> int:
-    from fabric.client import build_requirement
+    from fabric.runtime.client import build_requirement
 
     opts: dict[str, Any] = {}
     for flag, key in (("min_tier", "min_tier"), ("floor", "floor"), ("operation", "operation"), ("num_cpus", "num_cpus"),

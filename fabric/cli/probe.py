@@ -23,8 +23,8 @@ import shutil
 import sys
 from typing import Any
 
-from fabric.capabilities import NodeCapabilities
-from fabric.errors import ProbeError
+from fabric.core.capabilities import NodeCapabilities
+from fabric.core.errors import ProbeError
 
 __all__ = ["add_parser", "run", "ray_start_args"]
 
@@ -72,7 +72,7 @@ def _probe(args: argparse.Namespace, source: str | None) -> NodeCapabilities:
     if source is None:
         sources: Any = LiveSources()
     elif source.startswith("profile:"):
-        from fabric.profiles import profile_path
+        from probes.profiles import profile_path
 
         sources = RecordedSources(profile_path(source[len("profile:"):]))
     else:
@@ -83,7 +83,7 @@ def _probe(args: argparse.Namespace, source: str | None) -> NodeCapabilities:
         recorder.write(args.record)
         print(f"recorded {caps.source} to {args.record}", file=sys.stderr)
     if args.config and args.max_concurrent_tasks is None:
-        from fabric.settings import FabricSettings
+        from fabric.core.settings import FabricSettings
         from probes.node import apply_settings
 
         caps = apply_settings(caps, FabricSettings.from_yaml(args.config))
@@ -93,7 +93,7 @@ def _probe(args: argparse.Namespace, source: str | None) -> NodeCapabilities:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.all:
-            from fabric.profiles import profiles
+            from probes.profiles import profiles
 
             if args.record:
                 raise ValueError("--record cannot be combined with --all")

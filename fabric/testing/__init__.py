@@ -12,7 +12,7 @@ if "ray" not in sys.modules:
     # 127.0.0.1 rather than the machine's routable address. Ray reads it when first imported.
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from fabric.profiles import profile_path, profiles
+from probes.profiles import profile_path, profiles
 from fabric.testing.local import FAST_HEALTH_CHECKS, LocalFabric, LocalNode, node_spec
 
 __all__ = ["FAST_HEALTH_CHECKS", "LocalFabric", "LocalNode", "node_spec", "profile_path", "profiles"]

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fabric.health import PROFILE_LABEL
-from fabric.settings import FabricSettings
+from fabric.core.health import PROFILE_LABEL
+from fabric.core.settings import FabricSettings
 
 RECORDING_ENV = "FABRIC_RECORDING"  # what actors.probe reads (fabric.testing may not import actors' modules eagerly)
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
@@ -45,7 +45,7 @@ def node_spec(profile: str, name: str | None = None, *, max_slots: int | None = 
               pool_tier: str | None = None, zone: str | None = None) -> dict[str, Any]:
     """``Cluster.add_node`` arguments for a node of ``profile``: CPUs = its fabric slots, its
     capability resources and labels, and the profile label the probe actor reads."""
-    from fabric.profiles import profile_path
+    from probes.profiles import profile_path
     from probes import RecordedSources, probe_node
 
     name = name or profile

@@ -24,8 +24,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fabric.errors import ProbeError
-from fabric.profiles import profile_path, profiles
+from fabric.core.errors import ProbeError
+from probes.profiles import profile_path, profiles
 from fabric.testing.fuzz import Surface, register
 from fuzz_values import HUGE_INTS, big_text, digit_strings, json_values, lines_of, mutate, mutations
 from probes import RecordedSources, probe_node

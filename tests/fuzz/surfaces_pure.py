@@ -17,12 +17,12 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from fabric.client import adaptive
-from fabric.errors import RequirementError, SettingsError
-from fabric.placement import Requirement
-from fabric.settings import FabricSettings
+from fabric.runtime.client import adaptive
+from fabric.core.errors import RequirementError, SettingsError
+from fabric.core.placement import Requirement
+from fabric.core.settings import FabricSettings
 from fabric.testing.fuzz import Surface, register
-from fabric.tiers import ComputeTier
+from fabric.core.tiers import ComputeTier
 from fuzz_values import HUGE_INTS, big_text, digit_strings, json_values, lines_of, mutate, mutations, values
 
 import surfaces_probes  # noqa: F401  - registers the probe surfaces

@@ -26,11 +26,11 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from actors.registry import Registry
-from fabric.capabilities import NodeCapabilities
-from fabric.errors import RegistrationError, TransitionError
-from fabric.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
-from fabric.health import ManualClock, RayNodeView
-from fabric.lifecycle import NodeStatus
+from fabric.core.capabilities import NodeCapabilities
+from fabric.core.errors import RegistrationError, TransitionError
+from fabric.core.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
+from fabric.core.health import ManualClock, RayNodeView
+from fabric.core.lifecycle import NodeStatus
 from fabric.store import FabricStore
 from fabric.testing.fuzz import Surface, register
 from fuzz_values import HUGE_INTS, big_text, mutate, mutations, nasty_floats, values

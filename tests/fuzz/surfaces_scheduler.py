@@ -1,5 +1,5 @@
 """Fuzz surface: what the scheduler accepts (issue 12). The ``SchedulerActor`` reads every
-message with ``fabric.scheduler_messages`` and hands it to ``SchedulerCore``; this drives the
+message with ``fabric.core.scheduling.messages`` and hands it to ``SchedulerCore``; this drives the
 same two steps over a live core (a small fleet), with hostile arguments to every entry point:
 a refusal is ``MessageError`` / ``RequirementError`` and leaves the core as it was."""
 
@@ -10,11 +10,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fabric import scheduler_messages as msg
-from fabric.capabilities import GpuInfo, Limitations, NodeCapabilities
-from fabric.errors import CapacityError, MessageError, RequirementError
-from fabric.placement import NodeRecord, Requirement
-from fabric.scheduling import SchedulerCore
+from fabric.core.scheduling import messages as msg
+from fabric.core.capabilities import GpuInfo, Limitations, NodeCapabilities
+from fabric.core.errors import CapacityError, MessageError, RequirementError
+from fabric.core.placement import NodeRecord, Requirement
+from fabric.core.scheduling import SchedulerCore
 from fabric.testing.fuzz import Surface, register
 
 from fuzz_values import HUGE_INTS, Hostile, big_list, big_text, nasty_floats, values

@@ -69,7 +69,7 @@ def test_up_with_a_bad_config_prints_every_problem_and_starts_nothing(lf, config
 
 
 def test_up_brings_the_fabric_up_with_the_file_s_settings(lf, configs):
-    from fabric.settings import FabricSettings
+    from fabric.core.settings import FabricSettings
 
     out = fabric_cli("up", "--config", str(configs / "good.yaml"), "--address", lf.address)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -95,8 +95,8 @@ def test_a_second_up_with_other_settings_is_refused_and_names_the_field(lf, conf
 
 def test_up_in_a_driver_raises_a_typed_conflict_and_up_without_settings_attaches(lf, configs):
     import fabric
-    from fabric.errors import SettingsConflictError
-    from fabric.settings import FabricSettings
+    from fabric.core.errors import SettingsConflictError
+    from fabric.core.settings import FabricSettings
 
     with pytest.raises(SettingsConflictError) as exc:
         fabric.up(FabricSettings.from_yaml(configs / "other.yaml"))

@@ -19,9 +19,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fabric.errors import RegistrationError  # noqa: E402
-from fabric.events import NodeCollected, NodeFlapHeld, NodeLost  # noqa: E402
-from fabric.lifecycle import NodeStatus  # noqa: E402
+from fabric.core.errors import RegistrationError  # noqa: E402
+from fabric.core.events import NodeCollected, NodeFlapHeld, NodeLost  # noqa: E402
+from fabric.core.lifecycle import NodeStatus  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fabric.lifecycle import NodeStatus  # noqa: E402
+from fabric.core.lifecycle import NodeStatus  # noqa: E402
 from fabric.store import FabricStore  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 

@@ -21,8 +21,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fabric.lifecycle import NodeStatus  # noqa: E402
-from fabric.profiles import profile_path  # noqa: E402
+from fabric.core.lifecycle import NodeStatus  # noqa: E402
+from probes.profiles import profile_path  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -148,7 +148,7 @@ def test_localfabric_node_from_an_arbitrary_recording_reaches_its_probe_through_
 def test_a_gpu_that_vanishes_is_reported_as_degradation(lf, tmp_path):
     import shutil
 
-    from fabric.events import NodeDegraded
+    from fabric.core.events import NodeDegraded
 
     rec_dir = tmp_path / "ws"
     shutil.copytree(profile_path("gpu-cuda-workstation"), rec_dir)
@@ -168,7 +168,7 @@ def test_a_gpu_that_vanishes_is_reported_as_degradation(lf, tmp_path):
 
 
 def test_subscribers_receive_typed_events(lf):
-    from fabric.events import NodeAdded, NodeLost
+    from fabric.core.events import NodeAdded, NodeLost
 
     @ray.remote(num_cpus=0, resources={"node:__internal_head__": 0.001})  # on the head: the nodes here come and go
     class Sink:

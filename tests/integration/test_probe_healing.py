@@ -16,8 +16,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fabric.lifecycle import NodeStatus  # noqa: E402
-from fabric.placement import Requirement  # noqa: E402
+from fabric.core.lifecycle import NodeStatus  # noqa: E402
+from fabric.core.placement import Requirement  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -31,8 +31,8 @@ ray = pytest.importorskip("ray")
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from fabric import Requirement, RequirementError, SchedulerUnavailableError, adaptive  # noqa: E402
-import fabric.dispatch as dispatch  # noqa: E402
-from fabric.profiles import profile_path  # noqa: E402
+import fabric.runtime.dispatch as dispatch  # noqa: E402
+from probes.profiles import profile_path  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from fabric.testing.spans import max_overlap  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Hand-built fleets for the placement unit tests."""
 
-from fabric.placement import FleetView, NodeRecord, place, reference
-from fabric.placement.synth import node_capabilities, mixed_settings
+from fabric.core.placement import FleetView, NodeRecord, place, reference
+from fabric.core.placement.synth import node_capabilities, mixed_settings
 
 KIND_OF = {"gpu_cuda": "cuda", "gpu_vaapi": "vaapi", "gpu_apu": "apu", "cpu_ffmpeg": "cpu", "relay": "relay", "batch": "batch"}
 

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 from ray._private.label_utils import validate_node_label_syntax, validate_node_labels
 
 from fabric import ComputeTier, GpuInfo, NodeCapabilities
-from fabric.capabilities import FramebufferInfo, Limitations, classify, derive_max_concurrent_tasks, label_value, normalise_gpu_name
+from fabric.core.capabilities import FramebufferInfo, Limitations, classify, derive_max_concurrent_tasks, label_value, normalise_gpu_name
 
 VAAPI_ENCODE = {"VAProfileH264Main": ("VAEntrypointVLD", "VAEntrypointEncSlice")}
 VAAPI_DECODE = {"VAProfileH264Main": ("VAEntrypointVLD",)}

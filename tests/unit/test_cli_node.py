@@ -11,7 +11,7 @@ import pytest
 
 from fabric.cli import main
 from fabric.cli.node import build_ray_start, format_status_table, parse_address, status_rows
-from fabric.capabilities import NodeCapabilities
+from fabric.core.capabilities import NodeCapabilities
 
 
 def run(capsys, *argv):
@@ -40,7 +40,7 @@ def test_join_dry_run_prints_the_ray_start_line_with_probed_resources_and_labels
 
 
 def test_start_head_dry_run_and_recording_goes_through_the_environment(capsys, tmp_path):
-    from fabric.profiles import profile_path
+    from probes.profiles import profile_path
 
     code, out, err = run(capsys, "start-head", "--recording", str(profile_path("edge-relay")), "--port", "6380", "--dry-run", "--", "--block")
     assert code == 0, err
@@ -104,7 +104,7 @@ class _Rec:
 
 
 def test_status_table_and_json_rows():
-    from fabric.capabilities import GpuInfo, GpuVendor, Limitations
+    from fabric.core.capabilities import GpuInfo, GpuVendor, Limitations
 
     gpu = GpuInfo(vendor=GpuVendor.NVIDIA, model="NVIDIA GeForce RTX 4070", discrete=True, cuda=True)
     cuda = NodeCapabilities(name="ws", cpu_logical=12, cpu_physical=6, cpu_usable=12, memory_mib=32000, gpus=(gpu,),

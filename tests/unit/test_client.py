@@ -3,7 +3,7 @@
 import pytest
 
 from fabric import ComputeTier, FabricSettings, RequirementError, adaptive
-from fabric.client import AdaptiveFunction, use_settings
+from fabric.runtime.client import AdaptiveFunction, use_settings
 
 
 def f(x):

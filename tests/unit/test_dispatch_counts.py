@@ -4,8 +4,9 @@ where it ran, as a fallback when it ran below its ``min_tier``; GPU work asks Ra
 import pytest
 
 from fabric import CapacityError, Requirement
-from fabric import dispatch, worker_calls
-from fabric.tiers import ComputeTier
+from fabric.runtime import dispatch
+from fabric.rayio import worker_calls
+from fabric.core.tiers import ComputeTier
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from fabric.errors import (
+from fabric.core.errors import (
     CapacityError,
     FabricError,
     NodeNotFoundError,

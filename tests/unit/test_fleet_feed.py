@@ -1,9 +1,9 @@
 """The scheduler's fleet feed diff (pure part): joined, changed, lost; heartbeats alone are no change."""
 
 from fabric import NodeCapabilities
-from fabric.capabilities import Limitations
-from fabric.lifecycle import NodeStatus
-from fabric.placement import NodeRecord
+from fabric.core.capabilities import Limitations
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.placement import NodeRecord
 
 from actors.fleet_feed import diff_fleet
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.capabilities import FfmpegInfo, GpuInfo, GpuVendor, NodeCapabilities
-from fabric.errors import TransitionError
-from fabric.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered, parse_event
-from fabric.health import HealthPolicy, ManualClock, NodeHealth, ProbeRestarts, RayNodeView, detect_degradation
-from fabric.lifecycle import NodeStatus, check_transition
-from fabric.settings import HealthSettings
+from fabric.core.capabilities import FfmpegInfo, GpuInfo, GpuVendor, NodeCapabilities
+from fabric.core.errors import TransitionError
+from fabric.core.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered, parse_event
+from fabric.core.health import HealthPolicy, ManualClock, NodeHealth, ProbeRestarts, RayNodeView, detect_degradation
+from fabric.core.lifecycle import NodeStatus, check_transition
+from fabric.core.settings import HealthSettings
 
 SEED = HealthSettings()  # seed 002's numbers: 30 s beats, offline at 90 s, grace 300 s, 3 toggles/300 s -> 600 s
 

@@ -1,14 +1,15 @@
-"""How a client's lease routes calls (``fabric.dispatch._Lease``), without a cluster: leased nodes
+"""How a client's lease routes calls (``fabric.runtime.dispatch._Lease``), without a cluster: leased nodes
 with room first, then Ray's queue for the floor set, and behind queued spilled calls while any wait."""
 
 from __future__ import annotations
 
 import pytest
 
-from fabric import dispatch, worker_calls
-from fabric.dispatch import SPILL, _Lease
-from fabric.placement import Requirement
-from fabric.scheduling import LeaseGrant, LeaseSlot
+from fabric.runtime import dispatch
+from fabric.rayio import worker_calls
+from fabric.runtime.dispatch import SPILL, _Lease
+from fabric.core.placement import Requirement
+from fabric.core.scheduling import LeaseGrant, LeaseSlot
 
 REQ = Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg", num_cpus=1)
 A, B = "aa" * 28, "bb" * 28  # node ids are hex (Ray checks them)

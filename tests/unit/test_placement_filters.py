@@ -3,9 +3,9 @@ would otherwise win: its id sorts first and it is emptier), and one that passes.
 
 import pytest
 
-from fabric.lifecycle import NodeStatus
-from fabric.placement import FILTER_NAMES, Peer, PlacementContext, Requirement
-from fabric.placement.filters import FILTERS
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.placement import FILTER_NAMES, Peer, PlacementContext, Requirement
+from fabric.core.placement.filters import FILTERS
 
 from placement_helpers import both, fleet, node
 

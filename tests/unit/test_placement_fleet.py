@@ -5,11 +5,11 @@ import pickle
 
 import pytest
 
-from fabric.errors import NodeNotFoundError
-from fabric.lifecycle import NodeStatus
-from fabric.placement import FleetView, NodeRecord, PlacementContext, Requirement, place
-from fabric.placement.synth import node_capabilities
-from fabric.tiers import ComputeTier
+from fabric.core.errors import NodeNotFoundError
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.placement import FleetView, NodeRecord, PlacementContext, Requirement, place
+from fabric.core.placement.synth import node_capabilities
+from fabric.core.tiers import ComputeTier
 
 from placement_helpers import fleet, node
 
@@ -148,7 +148,7 @@ def test_fleet_iterates_in_id_order_and_default_settings():
 
 
 def test_stale_decision_is_refused_at_commit():
-    from fabric.errors import CapacityError
+    from fabric.core.errors import CapacityError
 
     f = fleet(node("a", slots=1))
     d1 = place(f, Requirement(min_tier="cpu_ffmpeg"))

@@ -1,8 +1,8 @@
 """Every key component, one hand-built fleet each: two nodes that differ only where that
 component looks, with the loser's id sorting first (so node id alone would pick it)."""
 
-from fabric.placement import KEY_COMPONENTS, Peer, PlacementContext, Requirement
-from fabric.settings import FabricSettings, Pool, PoolTier
+from fabric.core.placement import KEY_COMPONENTS, Peer, PlacementContext, Requirement
+from fabric.core.settings import FabricSettings, Pool, PoolTier
 
 from placement_helpers import both, fleet, node
 

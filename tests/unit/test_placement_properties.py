@@ -1,7 +1,7 @@
 """Property tests: the fast engine decides exactly as the reference, and the invariants hold.
 
 Random fleets (mixed tiers, pools, utilisation, cordons, spares, ports, fractional GPUs,
-launching nodes, zones) and random requests and contexts come from ``fabric.placement.synth``;
+launching nodes, zones) and random requests and contexts come from ``fabric.core.placement.synth``;
 hypothesis draws the seeds. Every event is followed by ``FleetView.validate()``.
 """
 
@@ -9,10 +9,10 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from fabric.placement import FleetView, place, reference, synth
-from fabric.placement.filters import SLOT_FILTERS, Query, first_failing
-from fabric.placement.keys import placement_key, resilience_violations
-from fabric.placement.records import EPS
+from fabric.core.placement import FleetView, place, reference, synth
+from fabric.core.placement.filters import SLOT_FILTERS, Query, first_failing
+from fabric.core.placement.keys import placement_key, resilience_violations
+from fabric.core.placement.records import EPS
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -128,7 +128,7 @@ def test_bursts_never_double_book_and_agree(seed):
 
 
 def synth_place_many(fleet, reqs, fast):
-    from fabric.placement import place_many
+    from fabric.core.placement import place_many
 
     if fast:
         return place_many(fleet, reqs)
@@ -177,7 +177,7 @@ def test_realistic_fleet_burst_agrees_with_reference():
 @settings(max_examples=100, deadline=None)
 @given(SEEDS)
 def test_fast_key_equals_reference_key(seed):
-    from fabric.placement.fast import _make_key
+    from fabric.core.placement.fast import _make_key
 
     rnd, fleet, ids = _world(seed)
     req = synth.random_requirement(rnd)

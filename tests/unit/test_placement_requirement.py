@@ -6,10 +6,10 @@ import pickle
 import pytest
 
 import fabric
-from fabric.errors import RequirementError
-from fabric.placement import PlacementContext, Requirement
-from fabric.settings import FabricSettings, OperationSpec, Pool
-from fabric.tiers import ComputeTier
+from fabric.core.errors import RequirementError
+from fabric.core.placement import PlacementContext, Requirement
+from fabric.core.settings import FabricSettings, OperationSpec, Pool
+from fabric.core.tiers import ComputeTier
 
 
 def test_api_examples():
@@ -206,7 +206,7 @@ def test_hostile_input_is_a_requirement_error_naming_the_field(kwargs, field):
 
 
 def test_amount_bounds_are_inclusive_and_documented():
-    from fabric.placement.requirement import MAX_AMOUNT, MAX_ITEMS, MAX_NAME
+    from fabric.core.placement.requirement import MAX_AMOUNT, MAX_ITEMS, MAX_NAME
 
     assert Requirement(num_cpus=MAX_AMOUNT, memory_mib=int(MAX_AMOUNT)).num_cpus == MAX_AMOUNT
     assert len(Requirement(capabilities=[f"t{i}" for i in range(MAX_ITEMS)]).capabilities) == MAX_ITEMS

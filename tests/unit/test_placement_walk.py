@@ -1,9 +1,9 @@
 """The walk: levels, fallback, wait vs spill, provisioning, bursts, pins, explain."""
 
-from fabric.placement import FleetView, PlacementContext, Requirement, dry_run, place, place_many, reference
-from fabric.placement.synth import mixed_settings
-from fabric.settings import FabricSettings, NodeShape, Pool, PoolTier
-from fabric.tiers import ComputeTier
+from fabric.core.placement import FleetView, PlacementContext, Requirement, dry_run, place, place_many, reference
+from fabric.core.placement.synth import mixed_settings
+from fabric.core.settings import FabricSettings, NodeShape, Pool, PoolTier
+from fabric.core.tiers import ComputeTier
 
 from placement_helpers import both, fleet, node
 

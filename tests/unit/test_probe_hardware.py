@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.capabilities import GpuVendor, StorageKind
+from fabric.core.capabilities import GpuVendor, StorageKind
 from probes.drm import decide_integrated, read_render_nodes, same_pci_address
 from probes.framebuffer import parse_framebuffer
 from probes.nvml import parse_nvml, snapshot_nvml

@@ -12,7 +12,7 @@ from ray._private.label_utils import parse_node_labels_string
 
 from fabric import ComputeTier, NodeCapabilities
 from fabric.cli import main
-from fabric.profiles import profile_path, profiles
+from probes.profiles import profile_path, profiles
 from probes import LiveSources, RecordedSources, probe_node
 
 GPU_LESS = not Path("/dev/dri").exists() and not Path("/dev/nvidia0").exists()

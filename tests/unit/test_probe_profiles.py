@@ -8,7 +8,7 @@ import pytest
 from ray._private.label_utils import parse_node_labels_string, validate_node_label_syntax, validate_node_labels
 
 from fabric import ComputeTier
-from fabric.profiles import profile_info, profile_path, profiles
+from probes.profiles import profile_info, profile_path, profiles
 from probes import RecordedSources, probe_node
 
 T = ComputeTier

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fabric import ComputeTier
-from fabric.profiles import profile_path, profiles
+from probes.profiles import profile_path, profiles
 from probes import RecordedSources, probe_node
 from probes.vaapi import ENCODE_ENTRYPOINTS, parse_vainfo
 

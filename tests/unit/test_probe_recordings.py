@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fabric import ComputeTier, ProbeError
-from fabric.profiles import profile_path, profiles
+from probes.profiles import profile_path, profiles
 from probes import RecordedSources, RecordingSources, probe_node
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # copies of ../shared/fixtures/probe (SOURCES.md)

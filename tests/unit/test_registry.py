@@ -7,11 +7,11 @@ import pickle
 import pytest
 
 from actors.registry import Registry
-from fabric.capabilities import NodeCapabilities
-from fabric.errors import NodeNotFoundError, RegistrationError, TransitionError
-from fabric.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
-from fabric.health import ManualClock, RayNodeView
-from fabric.lifecycle import NodeStatus
+from fabric.core.capabilities import NodeCapabilities
+from fabric.core.errors import NodeNotFoundError, RegistrationError, TransitionError
+from fabric.core.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
+from fabric.core.health import ManualClock, RayNodeView
+from fabric.core.lifecycle import NodeStatus
 from fabric.store import FabricStore
 
 A = "a" * 56

@@ -11,12 +11,13 @@ import warnings
 import pytest
 
 from actors.registry import Registry
-from fabric.errors import RegistrationError, TransitionError
-from fabric.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeLost, NodeRecovered
-from fabric.health import ManualClock
-from fabric.lifecycle import NodeStatus
-from fabric.messages import MAX_DEGRADED, MAX_EVENTS, MAX_GPUS, MAX_HOLD_S, MAX_ITEMS, MAX_REPORT_BYTES, MAX_TEXT_CHARS, scan
-from fabric.store import FabricStore, RegistryRecord
+from fabric.core.errors import RegistrationError, TransitionError
+from fabric.core.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeLost, NodeRecovered
+from fabric.core.health import ManualClock
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.messages import MAX_DEGRADED, MAX_EVENTS, MAX_GPUS, MAX_HOLD_S, MAX_ITEMS, MAX_REPORT_BYTES, MAX_TEXT_CHARS, scan
+from fabric.core.records import RegistryRecord
+from fabric.store import FabricStore
 
 from test_registry import A, B, FakeRay, caps, view
 

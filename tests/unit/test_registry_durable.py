@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from actors.registry import Registry, default_store_path
-from fabric.events import NodeLost, NodeRecovered
-from fabric.health import ManualClock
-from fabric.lifecycle import NodeStatus
-from fabric.store import FabricStore, RegistryRecord
+from fabric.core.events import NodeLost, NodeRecovered
+from fabric.core.health import ManualClock
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.records import RegistryRecord
+from fabric.store import FabricStore
 
 from test_registry import A, B, FakeRay, caps, view
 

@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 from fabric import MessageError, Requirement
-from fabric import scheduler_messages as msg
+from fabric.core.scheduling import messages as msg
 
 REQ = Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg")
 

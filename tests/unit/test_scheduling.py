@@ -3,10 +3,10 @@
 import pytest
 
 from fabric import CapacityError, ComputeTier, GpuInfo, NodeCapabilities
-from fabric.capabilities import Limitations
-from fabric.lifecycle import NodeStatus
-from fabric.placement import NodeRecord, Requirement
-from fabric.scheduling import Expired, MarkDraining, Placed, SchedulerCore
+from fabric.core.capabilities import Limitations
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.placement import NodeRecord, Requirement
+from fabric.core.scheduling import Expired, MarkDraining, Placed, SchedulerCore
 
 VAAPI = {"VAProfileH264Main": ("VAEntrypointVLD", "VAEntrypointEncSlice")}
 

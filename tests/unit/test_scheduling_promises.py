@@ -6,9 +6,9 @@ is an error where the scheduler receives the requirement."""
 import pytest
 
 from fabric import CapacityError, ComputeTier, GpuInfo, RequirementError
-from fabric.placement import Requirement
-from fabric.scheduling import SchedulerCore
-from fabric.settings import FabricSettings
+from fabric.core.placement import Requirement
+from fabric.core.scheduling import SchedulerCore
+from fabric.core.settings import FabricSettings
 
 from test_scheduling import APU_DOWN_TO_CPU, Clock, caps, rec
 

@@ -133,7 +133,7 @@ def test_yaml_errors_are_settings_errors(tmp_path):
 def test_every_field_is_documented():
     from pydantic import BaseModel
 
-    from fabric import settings as mod
+    from fabric.core import settings as mod
 
     models = [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == mod.__name__ and not v.__name__.startswith("_")]
     undocumented = [f"{m.__name__}.{n}" for m in models for n, f in m.model_fields.items() if not f.description]
@@ -215,7 +215,7 @@ def test_differing_fields_names_top_level_fields():
 def test_settings_conflict_error_pickles_and_names_the_fields():
     import pickle
 
-    from fabric.errors import FabricError, SettingsConflictError
+    from fabric.core.errors import FabricError, SettingsConflictError
 
     err = SettingsConflictError(("health", "pools"))
     assert isinstance(err, FabricError)

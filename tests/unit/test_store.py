@@ -7,9 +7,10 @@ import sqlite3
 
 import pytest
 
-from fabric.capabilities import NodeCapabilities
-from fabric.lifecycle import NodeStatus
-from fabric.store import SCHEMA_VERSION, FabricStore, GpuUtilization, RegistryRecord, StoreError, Utilization
+from fabric.core.capabilities import NodeCapabilities
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.records import GpuUtilization, RegistryRecord, Utilization
+from fabric.store import SCHEMA_VERSION, FabricStore, StoreError
 
 
 def rec(node_id="n1", name="box", **kw) -> RegistryRecord:

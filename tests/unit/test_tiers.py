@@ -3,7 +3,7 @@
 import pytest
 
 from fabric import ComputeTier
-from fabric.tiers import TIERS_BEST_FIRST
+from fabric.core.tiers import TIERS_BEST_FIRST
 
 SEED_002 = [
     ("gpu_cuda", 10), ("gpu_vaapi", 9), ("gpu_apu", 8), ("cpu_ffmpeg", 7), ("batch", 6),

@@ -1,0 +1,81 @@
+"""``Decision.explain()``: a placement decision rendered for a person.
+
+Modelled on ``nomad alloc status -verbose``: the outcome first, then the requirement, then
+each step of the walk with how many nodes each filter removed, then the best survivors'
+keys component by component. ``verbose=True`` adds every node's verdict.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from fabric.core.placement.keys import KEY_COMPONENTS
+from fabric.core.tiers import ComputeTier
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fabric.core.placement.decision import Decision
+
+_SHORT = ("viol", "launching", "avoid_spare", "tier", "warmth", "reserved", "pref_spare", "packing", "zone", "node")
+
+
+def _fmt_key(key: tuple) -> str:
+    parts = []
+    for name, v in zip(_SHORT, key):
+        if name == "node":
+            continue
+        if name == "tier":
+            v = ComputeTier.from_rank(abs(v)).value
+        elif isinstance(v, float):
+            v = f"{v:.3f}"
+        parts.append(f"{name}={v}")
+    return " ".join(parts)
+
+
+def explain(d: "Decision", *, verbose: bool = False, top: int = 5) -> str:
+    req = d.requirement
+    lines = [d.summary()]
+    lines.append(f"  requirement: {req!r}")
+    ctx = d.context
+    ctx_bits = []
+    if ctx.target_node:
+        ctx_bits.append(f"pinned to {ctx.target_node}")
+    if ctx.exclude_nodes:
+        ctx_bits.append(f"excluding {', '.join(sorted(ctx.exclude_nodes))}")
+    if ctx.other_node:
+        ctx_bits.append(f"other replica on {ctx.other_node} (same_node={ctx.same_node}, same_az={ctx.same_az}, same_cloud={ctx.same_cloud})")
+    if ctx.template:
+        ctx_bits.append(f"template {ctx.template}")
+    if ctx.recovering:
+        ctx_bits.append(f"recovering ({ctx.on_runtime_failure})")
+    if ctx_bits:
+        lines.append(f"  context: {'; '.join(ctx_bits)}")
+    if d.trace is None:
+        lines.append("  (no trace: place(..., trace=True) or dry_run() records one)")
+        return "\n".join(lines)
+    trace = d.trace
+    lines.append("  walk:")
+    for step in trace.steps:
+        if step.kind == "existing":
+            total = len(step.verdicts) + len(step.survivors)
+            lines.append(f"    level {step.level}, pool tier {step.pool}/{step.pool_tier}: {len(step.survivors)} of {total} nodes fit")
+            counts = Counter(step.verdicts.values())
+            for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"      filter {name:<15} removed {n} node{'s' if n != 1 else ''}")
+        elif step.kind == "provision":
+            lines.append(f"    provision at level {step.level}, pool tier {step.pool}/{step.pool_tier}: {step.note}")
+        else:
+            lines.append(f"    {step.note}")
+    if trace.decided_at is not None:
+        lines.append(f"  decided at level {trace.decided_at[0]}, pool tier {trace.decided_at[1]}")
+    survivors = trace.survivors()
+    if survivors:
+        lines.append(f"  best survivors (of {len(survivors)}; key components in order: {', '.join(KEY_COMPONENTS)}):")
+        for key, nid in survivors[:top]:
+            mark = "*" if nid == d.node_id else " "
+            lines.append(f"    {mark} {nid:<24} {_fmt_key(key)}")
+    if verbose:
+        lines.append("  every node:")
+        for nid, verdict in sorted(trace.verdicts().items()):
+            lines.append(f"    {nid:<24} {verdict}")
+    return "\n".join(lines)

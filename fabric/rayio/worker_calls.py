@@ -1,0 +1,152 @@
+"""What runs in a Ray worker around the user's function of an ``@adaptive.remote`` call.
+
+- ``wrap_for_fabric``: a call the scheduler placed itself holds a reservation; the worker gives
+  it back when the call ends (fire and forget).
+- ``wrap_counted``: a call under a client's lease (a leased slot or spilled) counts itself where
+  it ran, as a fallback when it ran below its ``min_tier``; a daemon thread reports the counts
+  to the scheduler when the worker goes quiet (``SpillCounts``). A spilled call also refuses to
+  start past its queue deadline.
+
+The driver side (leases, routing, submission) is ``fabric.runtime.dispatch``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import ray
+
+from fabric.core import names
+from fabric.core.errors import CapacityError
+from fabric.core.tiers import ComputeTier
+
+_worker_scheduler = None
+_worker_lock = threading.Lock()
+
+
+def _release(allocation_id: int | None) -> None:
+    """Tell the scheduler this work ended (fire and forget; a restarting scheduler gets it late)."""
+    global _worker_scheduler
+    if allocation_id is None:
+        return
+    try:
+        with _worker_lock:
+            if _worker_scheduler is None:
+                _worker_scheduler = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+        _worker_scheduler.release.remote([allocation_id])
+    except Exception:  # the scheduler is gone: it rebuilds its accounting when it comes back
+        _worker_scheduler = None
+
+
+def wrap_for_fabric(fn: Callable) -> Callable:
+    """The function Ray runs: the user's function, then the bookkeeping its path needs.
+
+    ``meta`` is an allocation id (a call the scheduler reserved a slot for: released when it
+    ends) or ``None`` (a call inside a client's lease: the client tracks it)."""
+
+    def run(__fabric_meta, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if __fabric_meta is not None:
+                _release(__fabric_meta)
+
+    run.__name__ = getattr(fn, "__name__", "adaptive_task")
+    run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
+    return run
+
+
+def wrap_counted(fn: Callable, min_rank: int, name: str) -> Callable:
+    """The function Ray runs for a call under a lease, on a leased slot or spilled: it counts
+    itself where it runs (``SpillCounts``), as a fallback when it ran below ``min_rank``, so each
+    call counts once whichever path it took. ``__fabric_meta`` is ``(deadline, fallback)``:
+    a spilled call (queued by Ray for the floor set) carries its queue deadline and refuses to start
+    past it, and learns its fallback from its node's tier label; a call on a leased slot carries no
+    deadline and the fallback of its slot's level (the engine's, which knows a demoted node)."""
+
+    def run(__fabric_meta, *args, **kwargs):
+        deadline, fallback = __fabric_meta
+        now = time.time()
+        if deadline is not None and now > deadline:
+            raise CapacityError(f"{name}: queued past its queue timeout before a node inside its floor took it",
+                                reason="queue timeout")
+        _count_call(min_rank, fallback, now)
+        return fn(*args, **kwargs)
+
+    run.__name__ = getattr(fn, "__name__", "adaptive_task")
+    run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
+    return run
+
+
+class SpillCounts:
+    """A worker's calls under leases (and fallbacks among them) not yet reported to the scheduler.
+
+    Every report is an actor call, which costs this machine about a third of a tiny task's CPU,
+    so a worker reports once it has gone quiet (no spilled call for ``QUIET_S``: the burst is
+    over), and during a long burst every ``EVERY_S``. Under load a worker often waits 50 ms or
+    more between two calls of one burst: with a 50 ms ``QUIET_S``, workers sent one report for
+    every eleven calls."""
+
+    QUIET_S = 0.5
+    EVERY_S = 2.0
+    POLL_S = 0.1
+
+    def __init__(self) -> None:
+        self.placed = self.fallbacks = 0
+        self.first = self.last = 0.0
+
+    def count(self, fallback: bool, now: float) -> None:
+        if not self.placed:
+            self.first = now
+        self.placed += 1
+        self.fallbacks += fallback
+        self.last = now
+
+    def take(self, now: float) -> tuple[int, int] | None:
+        """What to report now, if anything (and forget it)."""
+        if not self.placed or (now - self.last < self.QUIET_S and now - self.first < self.EVERY_S):
+            return None
+        out = (self.placed, self.fallbacks)
+        self.placed = self.fallbacks = 0
+        return out
+
+
+_spill_counts = SpillCounts()
+_spill_flusher: threading.Thread | None = None
+_node_rank: int | None = None
+
+
+def _count_call(min_rank: int, fallback: bool | None, now: float) -> None:
+    """Count a call under a lease (``fallback`` given, or, when None, a fallback when this node's
+    tier label is below ``min_rank``); a daemon thread reports the counts to the scheduler (see
+    ``SpillCounts``)."""
+    global _spill_flusher, _node_rank
+    if fallback is None:
+        if _node_rank is None:
+            try:
+                _node_rank = ComputeTier.parse(ray.get_runtime_context().get_node_labels().get(names.TIER_LABEL, "relay")).rank
+            except Exception:
+                _node_rank = 0
+        fallback = _node_rank < min_rank
+    with _worker_lock:
+        _spill_counts.count(fallback, now)
+        if _spill_flusher is None:
+            _spill_flusher = threading.Thread(target=_flush_spill_counts, name="fabric-spill-counts", daemon=True)
+            _spill_flusher.start()
+
+
+def _flush_spill_counts() -> None:
+    global _worker_scheduler
+    while True:
+        time.sleep(SpillCounts.POLL_S)
+        with _worker_lock:
+            report = _spill_counts.take(time.time())
+        if report is not None:
+            try:
+                if _worker_scheduler is None:
+                    _worker_scheduler = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+                _worker_scheduler.report_calls.remote(*report)
+            except Exception:
+                _worker_scheduler = None

@@ -1,0 +1,260 @@
+"""Bringing the fabric up on a Ray cluster, and the handle drivers hold (API.md § Running the fabric).
+
+``up(settings)`` gets or creates the fabric's detached, named actors in namespace ``fabric``
+(registry, health monitor, and the scheduler and dispatcher when installed), so it is idempotent
+across drivers: a second driver or a ``ray job submit`` script calling ``up()`` finds the same
+fabric. The settings of the first ``up`` stay in force (kept in the registry's state under
+``fabric.core.settings``); a later ``up`` with other explicit settings raises ``SettingsConflictError``
+rather than silently keeping the old ones, and ``up()`` without settings attaches to what runs.
+The actors restart on failure (``max_restarts=-1``) and sit on the head node through a sliver of
+Ray's head-node marker resource, never pinned to a node id. ``down()`` stops the fabric's actors,
+not Ray; the registry's file stays, so a later ``up()`` on the same cluster picks up where it was
+(its first ``up`` sets the settings in force anew).
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import import_module
+from typing import Any, Iterable
+
+from fabric.core.errors import NodeNotFoundError, SettingsConflictError, SettingsError
+from fabric.core.names import SLOTS_RESOURCE
+from fabric.core.settings import FabricSettings
+
+NAMESPACE = "fabric"
+REGISTRY = "fabric.registry"
+HEALTH = "fabric.health"
+SCHEDULER = "fabric.scheduler"
+DISPATCHER = "fabric.dispatcher"
+PROBE_PREFIX = "fabric.probe."
+SETTINGS_KEY = "fabric.settings"  # the registry state key holding the settings in force (model_dump(mode="json"))
+_HEAD = {"node:__internal_head__": 0.001}
+
+# Other fabric actors up() starts when their modules are installed: (name, module, class, needs settings).
+_OPTIONAL_ACTORS = (
+    (SCHEDULER, "actors.scheduler", "SchedulerActor", True),
+    (DISPATCHER, "actors.dispatcher", "DispatcherActor", False),
+)
+
+
+def _ray():
+    import ray
+
+    return ray
+
+
+def _get_actor(name: str) -> Any | None:
+    ray = _ray()
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def _options(name: str) -> dict[str, Any]:
+    return dict(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
+                resources=dict(_HEAD), max_restarts=-1, max_task_retries=-1)
+
+
+def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True, timeout_s: float = 60.0) -> "FabricHandle":
+    """Get or create the fabric's actors on the connected Ray cluster (``ray.init()`` first, or this
+    connects the way ``ray.init()`` does) and return a handle once the health monitor has ticked.
+    ``scheduler=False`` brings up only the fleet (registry, health monitor, probes).
+
+    ``settings=None`` brings the fabric up with defaults, or attaches to the running fabric with the
+    settings in force. Explicit settings on a fabric already up must equal the ones in force (then
+    this is idempotent), else ``SettingsConflictError`` names the differing fields."""
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init()
+    explicit = settings is not None
+    settings = FabricSettings.load(settings)
+    from actors.health import HealthMonitorActor
+    from actors.registry import RegistryActor
+
+    already_up = _get_actor(REGISTRY) is not None
+    registry = RegistryActor.options(**_options(REGISTRY)).remote(settings.store.path)
+    settings = _settings_in_force(registry, settings, explicit=explicit, already_up=already_up, timeout_s=timeout_s)
+    as_dict = settings.model_dump(mode="json")
+    health = HealthMonitorActor.options(**_options(HEALTH)).remote(as_dict)
+    waits = [registry.ping.remote(), health.ready.remote()]
+    if scheduler:
+        for name, module_name, cls_name, needs_settings in _OPTIONAL_ACTORS:
+            try:
+                module = import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name != module_name:
+                    raise
+                continue
+            cls = getattr(module, cls_name)
+            cls.options(**_options(name)).remote(*([as_dict] if needs_settings else []))
+    ray.get(waits, timeout=timeout_s)
+    try:
+        from fabric.runtime.client import use_settings
+    except ImportError:
+        pass
+    else:
+        use_settings(settings)
+    return FabricHandle()
+
+
+def _settings_in_force(registry: Any, requested: FabricSettings, *, explicit: bool, already_up: bool, timeout_s: float) -> FabricSettings:
+    """The settings the fabric runs with. On the first ``up`` (no registry before this call) the
+    requested ones, stored in the registry's state; on a later one the stored ones, which explicit
+    settings must match. A stored value that no longer loads (an older schema) counts as none."""
+    ray = _ray()
+    in_force = None
+    if already_up:
+        stored = ray.get(registry.get_state.remote(SETTINGS_KEY), timeout=timeout_s)
+        if stored is not None:
+            try:
+                in_force = FabricSettings.load(stored)
+            except SettingsError:
+                in_force = None
+    if in_force is None:
+        ray.get(registry.put_state.remote(SETTINGS_KEY, requested.model_dump(mode="json")), timeout=timeout_s)
+        return requested
+    if explicit:
+        differing = in_force.differing_fields(requested)
+        if differing:
+            raise SettingsConflictError(differing)
+    return in_force
+
+
+def down(timeout_s: float = 30.0) -> list[str]:
+    """Stop the fabric's actors (probes included), not Ray. Returns the names stopped."""
+    ray = _ray()
+    if not ray.is_initialized():
+        return []
+    from ray.util import list_named_actors
+
+    names = [a["name"] for a in list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
+    order = [n for n in (HEALTH, SCHEDULER, DISPATCHER) if n in names]
+    order += sorted(n for n in names if n.startswith(PROBE_PREFIX))
+    order += [n for n in (REGISTRY,) if n in names]
+    stopped = []
+    for name in order:
+        handle = _get_actor(name)
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+            stopped.append(name)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_get_actor(n) is not None for n in stopped):
+        time.sleep(0.1)
+    return stopped
+
+
+def running_calls() -> dict[str, int]:
+    """Per alive node id: ``fabric.slots`` in use (total minus available, from Ray's GCS)."""
+    from ray._private import state  # Ray 2.60 has no public per-node *available* view
+
+    try:
+        total = state.total_resources_per_node()
+        available = state.available_resources_per_node()
+    except Exception:  # GCS briefly away: running counts are best effort
+        return {}
+    out = {}
+    for node_id, res in total.items():
+        slots = res.get(SLOTS_RESOURCE, 0.0)
+        if slots:
+            out[node_id] = max(0, int(round(slots - available.get(node_id, {}).get(SLOTS_RESOURCE, 0.0))))
+    return out
+
+
+class FabricHandle:
+    """A driver's view of the running fabric. Cheap to create; every call asks the actors."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+
+    def _actor(self, name: str) -> Any:
+        handle = _get_actor(name)
+        if handle is None:
+            raise RuntimeError(f"the fabric is not up on this Ray cluster (no actor {name!r} in namespace {NAMESPACE!r}): call fabric.up()")
+        return handle
+
+    def _get(self, ref: Any) -> Any:
+        return _ray().get(ref, timeout=self.timeout_s)
+
+    # -- the fleet ----------------------------------------------------------------------------------
+    def records(self, statuses: Iterable[str] | None = None) -> list[Any]:
+        """The registry's records (``fabric.store.RegistryRecord``), collected ones excluded."""
+        return self._get(self._actor(REGISTRY).records.remote(None if statuses is None else list(statuses)))
+
+    def nodes(self, statuses: Iterable[str] | None = None) -> list[Any]:
+        """Every node the registry holds, as ``fabric.core.placement.NodeRecord``, with ``running``: the
+        fabric calls running there now."""
+        running = self._running()
+        now = time.time()
+        return [r.to_node_record(now, running=running.get(r.node_id, 0)) for r in self.records(statuses)]
+
+    def node(self, node: str) -> Any:
+        """One node by id, id prefix or name (the newest record of that name)."""
+        rec = self._get(self._actor(REGISTRY).record.remote(node))
+        return rec.to_node_record(time.time(), running=self._running().get(rec.node_id, 0))
+
+    def collected(self) -> list[Any]:
+        """Records garbage-collected after their drain grace (status ``dead``)."""
+        return self._get(self._actor(REGISTRY).collected.remote())
+
+    def events(self, since: int = 0) -> tuple[int, list[Any]]:
+        """Fleet events after number ``since`` and the newest number (``fabric.core.events``)."""
+        return self._get(self._actor(HEALTH).events.remote(since))
+
+    def subscribe(self, actor_name: str, method: str = "on_fleet_event") -> None:
+        """Push every future fleet event to the named actor's ``method`` (namespace ``fabric``)."""
+        self._get(self._actor(HEALTH).subscribe.remote(actor_name, method))
+
+    def health(self) -> dict[str, Any]:
+        """The health monitor's view: per node status, last beat, flap histories."""
+        return self._get(self._actor(HEALTH).status.remote())
+
+    # -- the scheduler's surface (present when the scheduler is installed) -------------------------
+    def _scheduler(self) -> Any | None:
+        return _get_actor(SCHEDULER)
+
+    def _running(self) -> dict[str, int]:
+        """Fabric calls running now per node, as Ray counts them: every call (leased, spilled, or
+        placed by the scheduler) holds one ``fabric.slots`` while it runs, so a node's slots in use
+        are exactly its running calls. Not the scheduler's reservations: a lease reserves slots
+        whether or not a call uses them."""
+        return running_calls()
+
+    def select_worker(self, req: Any) -> Any:
+        return self._get(self._actor(SCHEDULER).select_worker.remote(req))
+
+    @property
+    def fallback_count(self) -> int:
+        return int(self._get(self._actor(SCHEDULER).fallback_count.remote()))
+
+    def metrics(self) -> dict[str, Any]:
+        return self._get(self._actor(SCHEDULER).metrics.remote())
+
+    def cordon(self, node: str) -> str:
+        sched = self._scheduler()
+        if sched is not None:
+            return self._get(sched.cordon.remote(node))
+        return self._get(self._actor(REGISTRY).set_cordoned.remote(node, True)).node_id
+
+    def uncordon(self, node: str) -> str:
+        sched = self._scheduler()
+        if sched is not None and hasattr(sched, "uncordon"):
+            return self._get(sched.uncordon.remote(node))
+        return self._get(self._actor(REGISTRY).set_cordoned.remote(node, False)).node_id
+
+    def drain(self, node: str) -> str:
+        sched = self._scheduler()
+        if sched is not None and hasattr(sched, "drain"):
+            return self._get(sched.drain.remote(node))
+        return self._get(self._actor(REGISTRY).mark_draining.remote(node)).node_id
+
+
+__all__ = ["FabricHandle", "NodeNotFoundError", "SettingsConflictError", "down", "up"]
+
+
+def __getattr__(name: str) -> Any:
+    # API.md lists NodeAssignment with the runtime names; the scheduler's pure core defines it.
+    if name == "NodeAssignment":
+        return import_module("fabric.core.scheduling").NodeAssignment
+    raise AttributeError(f"module 'fabric.runtime.control' has no attribute {name!r}")

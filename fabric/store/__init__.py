@@ -1,0 +1,255 @@
+"""The registry's durable state: node records in a SQLite file (WAL), with a schema version.
+
+Seed 002 § "Orchestrator itself crashes": state lives in the registry's store, not in memory; a
+restarted registry, monitor or scheduler re-reads it and reconciles with Ray's node table. This
+module is the store (the record model is ``fabric.core.records``), and nothing else: plain ``sqlite3``, no Ray, so the
+registry actor and the unit tests use the very same code.
+
+Layout (schema version 1): ``nodes`` (one JSON record per Ray node id, with the columns a query
+needs), ``collected`` (the trail of records garbage-collected after their drain grace), ``kv``
+(small JSON documents other actors keep here, e.g. the health monitor's flap history), and
+``schema_version``. A file that is not a SQLite database is moved aside (``*.corrupt-<time>``)
+and a fresh store is started; a file written by a *newer* schema is refused, never clobbered.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from fabric.core.errors import FabricError
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.records import RegistryRecord
+
+__all__ = ["FabricStore", "StoreError", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    node_id    TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    status     TEXT NOT NULL,
+    last_seen  REAL NOT NULL,
+    record     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS nodes_name ON nodes(name);
+CREATE TABLE IF NOT EXISTS collected (
+    node_id      TEXT PRIMARY KEY,
+    name         TEXT NOT NULL,
+    collected_at REAL NOT NULL,
+    record       TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_UPSERT = ("INSERT INTO nodes(node_id, name, status, last_seen, record) VALUES (?,?,?,?,?) "
+           "ON CONFLICT(node_id) DO UPDATE SET name=excluded.name, status=excluded.status, "
+           "last_seen=excluded.last_seen, record=excluded.record")
+_PUT_JSON = "INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
+
+
+class StoreError(FabricError):
+    """The store cannot be used (written by a newer schema, unwritable path); ``path`` says which."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message, path=path)
+
+    def __reduce__(self):
+        return (_rebuild_store_error, (self.message, self.path))
+
+
+def _rebuild_store_error(message: str, path: str | None) -> "StoreError":
+    return StoreError(message, path=path)
+
+
+class FabricStore:
+    """Node records in SQLite (WAL). Thread-safe for the few calls an actor makes; every write is
+    one short transaction."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.recovered_from: Path | None = None
+        """Where a corrupt file was moved aside when this store opened, if one was."""
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store directory {self.path.parent}: {exc.strerror}", path=str(self.path)) from exc
+        try:
+            self._conn = self._open()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+                raise StoreError(f"cannot open store {self.path}: {exc}", path=str(self.path)) from exc
+            self.recovered_from = self._move_aside()
+            self._conn = self._open()
+
+    # -- opening ----------------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
+            elif row[0] > SCHEMA_VERSION:
+                raise StoreError(
+                    f"store {self.path} has schema version {row[0]}, newer than this fabric's {SCHEMA_VERSION}: "
+                    "refusing to use it (upgrade the fabric or point StoreSettings.path elsewhere)",
+                    path=str(self.path),
+                )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _move_aside(self) -> Path:
+        target = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+        self.path.rename(target)
+        for suffix in ("-wal", "-shm"):
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                side.rename(target.with_name(target.name + suffix))
+        return target
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT version FROM schema_version").fetchone()[0])
+
+    @property
+    def journal_mode(self) -> str:
+        with self._lock:
+            return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- node records --------------------------------------------------------------------------
+    def upsert(self, record: RegistryRecord) -> None:
+        """Insert or replace the record of ``record.node_id``."""
+        with self._lock:
+            self._conn.execute(_UPSERT, (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json()))
+
+    def get(self, node_id: str) -> RegistryRecord | None:
+        with self._lock:
+            row = self._conn.execute("SELECT record FROM nodes WHERE node_id=?", (node_id,)).fetchone()
+        return RegistryRecord.model_validate_json(row[0]) if row else None
+
+    def list(self, statuses: Iterable[NodeStatus] | None = None) -> list[RegistryRecord]:
+        """All records (optionally only those in ``statuses``), ordered by name then id."""
+        with self._lock:
+            rows = self._conn.execute("SELECT record FROM nodes ORDER BY name, node_id").fetchall()
+        records = [RegistryRecord.model_validate_json(r[0]) for r in rows]
+        if statuses is not None:
+            wanted = set(statuses)
+            records = [r for r in records if r.status in wanted]
+        return records
+
+    def delete(self, node_id: str) -> bool:
+        with self._lock:
+            cur = self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
+        return cur.rowcount > 0
+
+    def collect(self, node_id: str, at: float) -> RegistryRecord | None:
+        """Move the record to the ``collected`` trail (status ``dead``); None when unknown."""
+        record = self.get(node_id)
+        if record is None:
+            return None
+        dead = record.model_copy(update={"status": NodeStatus.DEAD, "status_since": at})
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO collected(node_id, name, collected_at, record) VALUES (?,?,?,?)",
+                    (node_id, dead.name, at, dead.model_dump_json()),
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return dead
+
+    def collected(self) -> list[RegistryRecord]:
+        with self._lock:
+            rows = self._conn.execute("SELECT record FROM collected ORDER BY collected_at").fetchall()
+        return [RegistryRecord.model_validate_json(r[0]) for r in rows]
+
+    def collected_ids(self) -> set[str]:
+        with self._lock:
+            return {r[0] for r in self._conn.execute("SELECT node_id FROM collected")}
+
+    def write(self, upserts: Iterable[RegistryRecord] = (), collect: Iterable[tuple[str, float]] = (),
+              documents: dict[str, Any] | None = None) -> list[RegistryRecord]:
+        """Several changes in one transaction, all or none: insert or replace ``upserts``, move the
+        records of ``collect`` (node id, when) to the ``collected`` trail as ``dead``, and put the
+        small ``documents``. Returns the records collected (an unknown id collects nothing)."""
+        upserts = list(upserts)
+        docs = {key: json.dumps(value) for key, value in (documents or {}).items()}  # fail before writing
+        dead: list[RegistryRecord] = []
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for record in upserts:
+                    self._conn.execute(_UPSERT, (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json()))
+                for node_id, at in collect:
+                    row = self._conn.execute("SELECT record FROM nodes WHERE node_id=?", (node_id,)).fetchone()
+                    if row is None:
+                        continue
+                    gone = RegistryRecord.model_validate_json(row[0]).model_copy(update={"status": NodeStatus.DEAD, "status_since": at})
+                    self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
+                    self._conn.execute("INSERT OR REPLACE INTO collected(node_id, name, collected_at, record) VALUES (?,?,?,?)",
+                                       (node_id, gone.name, at, gone.model_dump_json()))
+                    dead.append(gone)
+                for key, value in docs.items():
+                    self._conn.execute(_PUT_JSON, (key, value))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return dead
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every table, in a stable order: two dumps are equal exactly when the stored
+        state is (tests compare one from before a refused message with one from after)."""
+        with self._lock:
+            tables = [r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+            return {t: sorted(self._conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
+
+    def touch(self, node_id: str, last_seen: float, utilization: Utilization | None = None) -> RegistryRecord | None:
+        """A heartbeat: update ``last_seen`` (and utilisation); the updated record, None when unknown."""
+        record = self.get(node_id)
+        if record is None:
+            return None
+        update: dict[str, Any] = {"last_seen": max(record.last_seen, last_seen)}
+        if utilization is not None:
+            update["utilization"] = utilization
+        record = record.model_copy(update=update)
+        self.upsert(record)
+        return record
+
+    def last_seen(self) -> dict[str, float]:
+        """Latest heartbeat per node id."""
+        with self._lock:
+            return {r[0]: float(r[1]) for r in self._conn.execute("SELECT node_id, last_seen FROM nodes")}
+
+    # -- small documents -------------------------------------------------------------------------
+    def put_json(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._conn.execute(_PUT_JSON, (key, json.dumps(value)))
+
+    def get_json(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+
+__all__ = ["FabricStore", "StoreError", "SCHEMA_VERSION"]
