@@ -18,12 +18,10 @@ import ray
 
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.placement import NodeRecord
-from fabric.core.names import TIER_LABEL
+from fabric.core.names import NAMESPACE, REGISTRY, TIER_LABEL
 from fabric.core.settings import FabricSettings
 from fabric.core.tiers import ComputeTier
 
-REGISTRY = "fabric.registry"
-NAMESPACE = "fabric"
 _IN_FLEET = (NodeStatus.ACTIVE, NodeStatus.DRAINING)
 # Fields the feed owns; usage fields (running, reservations) belong to the scheduler's own view.
 _FACT_FIELDS = ("name", "capabilities", "status", "tier", "utilization", "last_seen", "cordoned", "flap_held",

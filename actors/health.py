@@ -33,7 +33,8 @@ from typing import Any
 import ray
 
 from actors.probe import ProbeActor
-from fabric.rayio.adapter import HEAD_RESOURCE, REGISTRY_NAME, RayAdapter, probe_actor_name
+from fabric.core.names import HEAD_RESOURCE, REGISTRY, probe_actor_name
+from fabric.rayio.adapter import RayAdapter
 from fabric.core.errors import RegistrationError, TransitionError
 from fabric.core.events import NodeAdded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
 from fabric.core.health import HealthPolicy, NodeHealth, ProbeRestarts, RayNodeView
@@ -70,7 +71,7 @@ class HealthMonitorActor:
 
     # -- the loop ----------------------------------------------------------------------------------
     async def _registry(self) -> Any:
-        return await self.adapter.wait_for_actor(REGISTRY_NAME)
+        return await self.adapter.wait_for_actor(REGISTRY)
 
     async def _restore(self, registry: Any) -> None:
         records = await registry.records.remote()
@@ -108,7 +109,7 @@ class HealthMonitorActor:
                 self.last_error = None
             except Exception as exc:  # keep watching; the next tick retries
                 self.last_error = f"tick: {type(exc).__name__}: {exc}"
-                registry = self.adapter.get_actor(REGISTRY_NAME) or registry
+                registry = self.adapter.get_actor(REGISTRY) or registry
             self._ready.set()
             await asyncio.sleep(self.settings.health.monitor_interval_s)
 
@@ -213,14 +214,14 @@ class HealthMonitorActor:
         """Push every future event to ``actor_name.method(event)`` (a named actor in namespace ``fabric``)."""
         await self._restored.wait()
         self.subscribers[actor_name] = method
-        registry = self.adapter.get_actor(REGISTRY_NAME)
+        registry = self.adapter.get_actor(REGISTRY)
         if registry is not None:
             await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
 
     async def unsubscribe(self, actor_name: str) -> None:
         await self._restored.wait()
         self.subscribers.pop(actor_name, None)
-        registry = self.adapter.get_actor(REGISTRY_NAME)
+        registry = self.adapter.get_actor(REGISTRY)
         if registry is not None:
             await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
 

@@ -25,13 +25,13 @@ from typing import Any
 
 import ray
 
-from fabric.rayio.adapter import REGISTRY_NAME, RayAdapter
-from fabric.core.capabilities import LABEL_PREFIX, NodeCapabilities
+from fabric.core.names import LABEL_PREFIX, PROFILE_LABEL, RECORDING_ENV, REGISTRY
+from fabric.rayio.adapter import RayAdapter
+from fabric.core.capabilities import NodeCapabilities
 from fabric.core.errors import RegistrationError
-from fabric.core.health import PROFILE_LABEL, detect_degradation
+from fabric.core.health import detect_degradation
 from fabric.core.records import GpuUtilization, Utilization
 
-RECORDING_ENV = "FABRIC_RECORDING"
 """Environment variable naming the recording folder a node was joined from (``fabric join --recording``)."""
 
 
@@ -111,7 +111,7 @@ class ProbeActor:
         return probe_node(self.sources, name=self.name, roles=roles or (), max_concurrent_tasks=int(slots) if slots and slots.isdigit() else None)
 
     async def _registry(self) -> Any:
-        return await self.adapter.wait_for_actor(REGISTRY_NAME)
+        return await self.adapter.wait_for_actor(REGISTRY)
 
     async def _run(self) -> None:
         live = self.source == "live"

@@ -21,10 +21,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 import ray
 
-from fabric.rayio.adapter import HEAD_RESOURCE, RayAdapter
+from fabric.core.names import HEAD_RESOURCE, NAME_LABEL, PROFILE_LABEL
+from fabric.rayio.adapter import RayAdapter
 from fabric.core.errors import NodeNotFoundError, RegistrationError
 from fabric.core.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased
-from fabric.core.health import NAME_LABEL, PROFILE_LABEL
 from fabric.core.lifecycle import NodeStatus, check_transition
 from fabric.core.messages import check_joined_tiers, read_events, read_heartbeat, read_registration, read_report
 from fabric.core.records import RegistryRecord, Utilization

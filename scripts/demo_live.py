@@ -323,6 +323,7 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
     import ray
 
     from fabric import adaptive
+    from fabric.core import names
     from fabric.rayio.worker_calls import SpillCounts
     from fabric.testing import LocalFabric
 
@@ -402,7 +403,7 @@ def rejoin(lf: Any, handle: Any, transcode: Any, clip_ref: Any, name_of: dict[st
     node = lf.add_node(KILLED, wait=False)
     lf.wait_registered([node.node_id])
     registered = time.time() - t_join
-    sched = ray.get_actor("fabric.scheduler", namespace="fabric")
+    sched = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
     lf.wait_until(lambda: ray.get(sched.sync_now.remote()) == len(DEMO_PROFILES), "the scheduler to see the rejoined node")
     absorbed = time.time() - t_join
     if any(r.name == KILLED and r.flap_held for r in handle.nodes()):

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from fabric.cli.node import parse_address
+from fabric.core.names import RAY_AUTH_MODE_ENV, RAY_AUTH_TOKEN_ENV, RAY_AUTH_TOKEN_PATH_ENV
 
 __all__ = ["ClientToken", "ConnectFacts", "RaySeam", "client_token_from", "connect", "explain_failure"]
 
 # Ray's token sources, highest precedence first (docs.ray.io, ray-core/internals/token-authentication).
-TOKEN_ENV = "RAY_AUTH_TOKEN"
-TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
-MODE_ENV = "RAY_AUTH_MODE"
+TOKEN_ENV, TOKEN_PATH_ENV, MODE_ENV = RAY_AUTH_TOKEN_ENV, RAY_AUTH_TOKEN_PATH_ENV, RAY_AUTH_MODE_ENV
 LOCAL_ADDRESSES = ("auto", "local")
 
 

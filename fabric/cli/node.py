@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-RECORDING_ENV = "FABRIC_RECORDING"  # the same name actors.probe reads
-PROFILE_LABEL = "fabric.io/profile"
+from fabric.core.names import PROFILE_LABEL, RECORDING_ENV
 
 __all__ = ["add_parser", "build_ray_start", "find_ray", "format_status_table", "status_rows"]
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from fabric.cli.connect import connect
+from fabric.core import names
 from fabric.core.errors import FabricError
 
 
@@ -43,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _scheduler(ray, command: str):
     try:
-        return ray.get_actor("fabric.scheduler", namespace="fabric")
+        return ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
     except ValueError:
         print(f"fabric {command}: the fabric is not up on this cluster (no fabric.scheduler actor); run fabric.up()", file=sys.stderr)
         return None

@@ -13,13 +13,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
+from fabric.core.names import K3S_PREFIX, LABEL_PREFIX, SLOTS_RESOURCE, TIER_RESOURCE_PREFIX
 from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
 
-# Label keys (Ray labels). Ray reserves the "ray.io/" prefix, so ours live under "fabric.io/".
-LABEL_PREFIX = "fabric.io/"
-K3S_PREFIX = "topology.researchstack.io/"
-SLOTS_RESOURCE = "fabric.slots"
-TIER_RESOURCE_PREFIX = "fabric.tier."
 
 #: Below these a node cannot usefully run CPU encode work: it only relays (seed 002's edge VPS).
 MIN_COMPUTE_CPUS = 2.0

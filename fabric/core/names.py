@@ -1,8 +1,52 @@
-"""Names the fabric's Ray actors are found by (detached, in one namespace), shared by the runtime,
-the actors and the client so that any driver or ``ray job submit`` script finds the same fabric."""
+"""Every wire name the fabric uses, in one place: the Ray namespace and actor names any driver or
+``ray job submit`` script finds the fabric by, the Ray label keys and custom resources nodes join
+with, the registry keys other actors keep state under, and the environment variables read.
 
+Change one here and every actor, the runtime, the CLI and the tests follow.
+"""
+
+from __future__ import annotations
+
+# -- Ray namespace and named actors (all detached) ---------------------------------------------------------
 NAMESPACE = "fabric"
+REGISTRY = "fabric.registry"
+HEALTH = "fabric.health"
 SCHEDULER = "fabric.scheduler"
 DISPATCHER = "fabric.dispatcher"
-TIER_LABEL = "fabric.io/tier"
+PROBE_PREFIX = "fabric.probe."
+"""A node's probe actor is ``fabric.probe.<ray node id>`` (``probe_actor_name``)."""
+
+
+def probe_actor_name(node_id: str) -> str:
+    return f"{PROBE_PREFIX}{node_id}"
+
+
+# -- Ray labels (Ray reserves ``ray.io/``; ours live under ``fabric.io/``) ------------------------------------
+LABEL_PREFIX = "fabric.io/"
+TIER_LABEL = f"{LABEL_PREFIX}tier"
+NAME_LABEL = f"{LABEL_PREFIX}name"
+PROFILE_LABEL = f"{LABEL_PREFIX}profile"
+ZONE_LABEL = f"{LABEL_PREFIX}zone"
+POOL_LABEL = f"{LABEL_PREFIX}pool"
+POOL_TIER_LABEL = f"{LABEL_PREFIX}pool-tier"
+K3S_PREFIX = "topology.researchstack.io/"
+"""The k3s topology labels a node's capabilities are also published under."""
+
+# -- Ray resources ------------------------------------------------------------------------------------------
 SLOTS_RESOURCE = "fabric.slots"
+"""One per concurrent call a node takes; every call asks Ray for one."""
+TIER_RESOURCE_PREFIX = "fabric.tier."
+HEAD_RESOURCE = "node:__internal_head__"
+"""Ray's marker resource of the head node: asking for a sliver of it places an actor on the head
+without pinning it to a node id (it follows the head, which is where the SQLite file lives)."""
+
+# -- registry state keys ------------------------------------------------------------------------------------
+SETTINGS_KEY = "fabric.settings"
+"""The registry state key holding the settings in force (``FabricSettings.model_dump(mode="json")``)."""
+
+# -- environment variables ------------------------------------------------------------------------------------
+RECORDING_ENV = "FABRIC_RECORDING"
+"""A raylet started with it (``fabric join --recording DIR``, ``LocalFabric``) probes that recording."""
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+RAY_AUTH_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"

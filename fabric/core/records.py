@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.lifecycle import NodeStatus
+from fabric.core.names import POOL_LABEL, POOL_TIER_LABEL, TIER_LABEL, ZONE_LABEL
 
 
 class _Model(BaseModel):
@@ -87,8 +88,8 @@ class RegistryRecord(_Model):
             node_id=self.node_id, name=self.name, capabilities=self.capabilities, status=self.status,
             tier=self.capabilities.tier, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
             cordoned=self.cordoned, flap_held=self.flap_held(now), max_concurrent_tasks=max_concurrent_tasks,
-            zone=labels.get("fabric.io/zone"), pool=labels.get("fabric.io/pool"), pool_tier=labels.get("fabric.io/pool-tier"),
-            label_tier=_label_tier(labels.get("fabric.io/tier")),
+            zone=labels.get(ZONE_LABEL), pool=labels.get(POOL_LABEL), pool_tier=labels.get(POOL_TIER_LABEL),
+            label_tier=_label_tier(labels.get(TIER_LABEL)),
         )
 
 

@@ -15,18 +15,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fabric.core.health import RayNodeView
-
-NAMESPACE = "fabric"
-REGISTRY_NAME = "fabric.registry"
-HEALTH_NAME = "fabric.health"
-PROBE_PREFIX = "fabric.probe."
-HEAD_RESOURCE = "node:__internal_head__"
-"""Ray's marker resource of the head node: asking for a sliver of it places an actor on the head
-without pinning it to a node id (it follows the head, which is where the SQLite file lives)."""
-
-
-def probe_actor_name(node_id: str) -> str:
-    return f"{PROBE_PREFIX}{node_id}"
+from fabric.core.names import NAMESPACE, probe_actor_name
 
 
 class RayAdapter:

@@ -15,27 +15,14 @@ not Ray; the registry's file stays, so a later ``up()`` on the same cluster pick
 from __future__ import annotations
 
 import time
-from importlib import import_module
 from typing import Any, Iterable
 
 from fabric.core.errors import NodeNotFoundError, SettingsConflictError, SettingsError
-from fabric.core.names import SLOTS_RESOURCE
+from fabric.core.names import (DISPATCHER, HEAD_RESOURCE, HEALTH, NAMESPACE, PROBE_PREFIX, REGISTRY, SCHEDULER,
+                               SETTINGS_KEY, SLOTS_RESOURCE)
 from fabric.core.settings import FabricSettings
 
-NAMESPACE = "fabric"
-REGISTRY = "fabric.registry"
-HEALTH = "fabric.health"
-SCHEDULER = "fabric.scheduler"
-DISPATCHER = "fabric.dispatcher"
-PROBE_PREFIX = "fabric.probe."
-SETTINGS_KEY = "fabric.settings"  # the registry state key holding the settings in force (model_dump(mode="json"))
-_HEAD = {"node:__internal_head__": 0.001}
-
-# Other fabric actors up() starts when their modules are installed: (name, module, class, needs settings).
-_OPTIONAL_ACTORS = (
-    (SCHEDULER, "actors.scheduler", "SchedulerActor", True),
-    (DISPATCHER, "actors.dispatcher", "DispatcherActor", False),
-)
+_HEAD = {HEAD_RESOURCE: 0.001}
 
 
 def _ray():
@@ -80,22 +67,15 @@ def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True,
     health = HealthMonitorActor.options(**_options(HEALTH)).remote(as_dict)
     waits = [registry.ping.remote(), health.ready.remote()]
     if scheduler:
-        for name, module_name, cls_name, needs_settings in _OPTIONAL_ACTORS:
-            try:
-                module = import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name != module_name:
-                    raise
-                continue
-            cls = getattr(module, cls_name)
-            cls.options(**_options(name)).remote(*([as_dict] if needs_settings else []))
+        from actors.dispatcher import DispatcherActor
+        from actors.scheduler import SchedulerActor
+
+        SchedulerActor.options(**_options(SCHEDULER)).remote(as_dict)
+        DispatcherActor.options(**_options(DISPATCHER)).remote()
     ray.get(waits, timeout=timeout_s)
-    try:
-        from fabric.runtime.client import use_settings
-    except ImportError:
-        pass
-    else:
-        use_settings(settings)
+    from fabric.runtime.client import use_settings
+
+    use_settings(settings)
     return FabricHandle()
 
 
@@ -245,16 +225,9 @@ class FabricHandle:
 
     def drain(self, node: str) -> str:
         sched = self._scheduler()
-        if sched is not None and hasattr(sched, "drain"):
+        if sched is not None:
             return self._get(sched.drain.remote(node))
         return self._get(self._actor(REGISTRY).mark_draining.remote(node)).node_id
 
 
 __all__ = ["FabricHandle", "NodeNotFoundError", "SettingsConflictError", "down", "up"]
-
-
-def __getattr__(name: str) -> Any:
-    # API.md lists NodeAssignment with the runtime names; the scheduler's pure core defines it.
-    if name == "NodeAssignment":
-        return import_module("fabric.core.scheduling").NodeAssignment
-    raise AttributeError(f"module 'fabric.runtime.control' has no attribute {name!r}")

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fabric.core.health import PROFILE_LABEL
+from fabric.core.names import PROFILE_LABEL, RECORDING_ENV
 from fabric.core.settings import FabricSettings
 
-RECORDING_ENV = "FABRIC_RECORDING"  # what actors.probe reads (fabric.testing may not import actors' modules eagerly)
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
 
 

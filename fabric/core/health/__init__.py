@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from fabric.core.capabilities import LABEL_PREFIX, TIER_RESOURCE_PREFIX, NodeCapabilities
+from fabric.core.capabilities import NodeCapabilities
 from fabric.core.events import (
     NodeAdded,
     NodeCollected,
@@ -40,11 +40,9 @@ from fabric.core.events import (
     NodeRecovered,
 )
 from fabric.core.lifecycle import NodeStatus, check_transition
+from fabric.core.names import NAME_LABEL, PROFILE_LABEL, TIER_LABEL, TIER_RESOURCE_PREFIX
 from fabric.core.settings import HealthSettings
 
-TIER_LABEL = f"{LABEL_PREFIX}tier"
-NAME_LABEL = f"{LABEL_PREFIX}name"
-PROFILE_LABEL = f"{LABEL_PREFIX}profile"
 
 Clock = Callable[[], float]
 Event = NodeAdded | NodeLost | NodeRecovered | NodeDegraded | NodeFlapHeld | NodeFlapReleased | NodeCollected
@@ -438,5 +436,5 @@ def detect_degradation(baseline: NodeCapabilities, current: NodeCapabilities) ->
 
 __all__ = [
     "Clock", "Event", "FlapHistory", "HealthPolicy", "ManualClock", "NodeHealth", "ProbeRestarts", "ProbeWatch", "RayNodeView",
-    "detect_degradation", "NAME_LABEL", "PROFILE_LABEL", "TIER_LABEL",
+    "detect_degradation",
 ]

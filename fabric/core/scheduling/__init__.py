@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 
 from fabric.core.errors import CapacityError, NodeNotFoundError, RequirementError
 from fabric.core.lifecycle import NodeStatus
+from fabric.core.names import TIER_LABEL
 from fabric.core.placement import Allocation, Decision, FleetView, NodeRecord, PlacementContext, Requirement, place
 from fabric.core.settings import FabricSettings
 from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
@@ -352,7 +353,7 @@ class SchedulerCore:
         excluded += [n for n, t in self._outsiders.items() if t >= lowest and n not in self.fleet]
         if not usable or len(excluded) > 64:
             return None, None
-        selector = {"fabric.io/tier": f"in({','.join(t.value for t in allowed)})"}
+        selector = {TIER_LABEL: f"in({','.join(t.value for t in allowed)})"}
         if excluded:
             selector["ray.io/node-id"] = f"!in({','.join(sorted(excluded))})"
         sign = -1 if req.prefer == "highest" else 1  # as the engine's tier component, level by level
