@@ -76,7 +76,6 @@ def test_commit_and_release_are_exact_inverses():
     f.release(a)
     rec = f.node("a")
     assert (rec.running, rec.reserved_cpus, rec.reserved_memory_mib, rec.gpu_reserved, rec.ports, rec.jobs) == (0, 0, 0, (0, 0), frozenset(), frozenset())
-    assert f.stats.as_dict() == {"placed": 1, "fallback_count": 0, "released": 1}
     f.remove("a")
     assert f.release(a) is None  # a node already gone is ignored
 
@@ -94,7 +93,7 @@ def test_exclusive_job_holds_the_node():
 def test_non_placing_decisions_commit_nothing():
     f = fleet()
     d = place(f, Requirement(min_tier="gpu_cuda", fallback=False, pool="edge"))
-    assert d.status == "deferred" and f.commit(d) is None and f.stats.placed == 0
+    assert d.status == "deferred" and f.commit(d) is None
 
 
 def test_re_adding_a_node_keeps_its_reservations_unless_told():

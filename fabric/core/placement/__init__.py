@@ -16,15 +16,16 @@ avoided_spare, tier, warmth, reservation, preferred_spare, packing, same_zone, n
 Packing ranks by ``NodeRecord.load`` = max(reported utilisation, reserved CPUs / (CPUs x
 utilization_cap), running / max_concurrent_tasks): emptier first under spread, fuller under binpack.
 
-Acting is separate: ``fleet.commit(decision)`` reserves (and counts ``fallback_count``),
-``fleet.release(allocation)`` gives back. ``place_many`` commits as it goes on the fleet it is
-given (pass ``fleet.copy()`` to keep one untouched); ``dry_run`` is ``place`` with a trace.
+Acting is separate: ``fleet.commit(decision)`` reserves, ``fleet.release(allocation)`` gives
+back; counting placements and fallbacks (``decision.fallback_levels > 0``) is the scheduler's.
+``place_many`` commits as it goes on the fleet it is given (pass ``fleet.copy()`` to keep one
+untouched); ``dry_run`` is ``place`` with a trace.
 
 ``place`` is the fast engine (``fabric.core.placement.fast``); ``fabric.core.placement.reference.place``
 is the plain one it is tested against (same decisions, same traces).
 
 Modules: ``requirement`` (Requirement), ``context`` (PlacementContext, Peer), ``records``
-(NodeRecord), ``fleet`` (FleetView, FleetSnapshot, PlacementStats), ``filters`` (the chain,
+(NodeRecord), ``fleet`` (FleetView, FleetSnapshot), ``filters`` (the chain,
 GPU choice, provisioning fit), ``keys`` (the key), ``walk`` (step order, decision builders),
 ``reference``, ``fast``, ``decision`` (Decision, Allocation, PlacementTrace), ``explain``,
 ``synth`` (synthetic fleets for tests and the benchmark).
@@ -36,13 +37,13 @@ from fabric.core.placement.context import TASK_CONTEXT, Peer, PlacementContext
 from fabric.core.placement.decision import Allocation, Decision, PlacementTrace, TraceStep
 from fabric.core.placement.fast import dry_run, place, place_many
 from fabric.core.placement.filters import FILTER_NAMES, SLOT_FILTERS
-from fabric.core.placement.fleet import FleetSnapshot, FleetView, PlacementStats
+from fabric.core.placement.fleet import FleetSnapshot, FleetView
 from fabric.core.placement.keys import KEY_COMPONENTS
 from fabric.core.placement.records import NodeRecord
 from fabric.core.placement.requirement import Requirement
 
 __all__ = [
     "Allocation", "Decision", "FILTER_NAMES", "FleetSnapshot", "FleetView", "KEY_COMPONENTS", "NodeRecord", "Peer",
-    "PlacementContext", "PlacementStats", "PlacementTrace", "Requirement", "SLOT_FILTERS", "TASK_CONTEXT",
+    "PlacementContext", "PlacementTrace", "Requirement", "SLOT_FILTERS", "TASK_CONTEXT",
     "TraceStep", "dry_run", "place", "place_many",
 ]

@@ -20,16 +20,13 @@ Besides ``node_id -> record`` the view keeps the indexes the fast engine walks:
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from fabric.core.errors import CapacityError, NodeNotFoundError
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.placement.decision import Allocation, Decision
 from fabric.core.placement.records import EPS, GENERATIONS, NodeRecord, compute_load
 from fabric.core.settings import FabricSettings, PoolTier
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 #: Free-CPU class bounds: a node is in class k when ``CPU_BOUNDS[k-1] <= free + EPS < CPU_BOUNDS[k]``.
 #: A request for ``c`` CPUs can skip every class whose upper bound is ``<= c`` (``cpu_classes_for``).
@@ -48,22 +45,6 @@ def cpu_classes_for(num_cpus: float) -> range:
 
 
 _USAGE_FIELDS = ("running", "reserved_cpus", "reserved_memory_mib", "gpu_reserved", "ports", "jobs", "exclusive_job")
-
-
-class PlacementStats:
-    """Counters the scheduler reports (seed 002's ``fallback_count``)."""
-
-    __slots__ = ("placed", "fallback_count", "released")
-
-    def __init__(self) -> None:
-        self.placed = 0
-        """Decisions committed."""
-        self.fallback_count = 0
-        """Committed decisions placed below their ``min_tier``."""
-        self.released = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {"placed": self.placed, "fallback_count": self.fallback_count, "released": self.released}
 
 
 class FleetSnapshot:
@@ -104,7 +85,8 @@ class FleetSnapshot:
 
 
 class FleetView:
-    """Every node the engine may place on, indexed, plus placement counters.
+    """Every node the engine may place on, indexed. It counts nothing: what was placed and what
+    fell back is the scheduler's to count (``SchedulerCore.counters``), once.
 
     ``FleetView(nodes, settings)``; events: ``add``, ``update``, ``remove``, ``commit``,
     ``release``. ``copy()`` gives an independent working copy (records are shared: immutable).
@@ -125,7 +107,6 @@ class FleetView:
         self.buckets: dict[tuple, list[tuple[float, str]]] = {}
         self.members: dict[tuple, set[str]] = {}
         self.counts: dict[tuple[str, str], int] = {}
-        self.stats = PlacementStats()
         self._cow_gen = 0
         self._base: "dict[str, NodeRecord] | None" = None
         self._journal: "list | None" = None
@@ -166,10 +147,6 @@ class FleetView:
             raise NodeNotFoundError(node_id)
         return rec
 
-    @property
-    def fallback_count(self) -> int:
-        return self.stats.fallback_count
-
     def snapshot(self) -> FleetSnapshot:
         """The records as they are now (a shallow copy)."""
         self._cow_gen = next(GENERATIONS)  # every record that exists now is shared from here on
@@ -191,7 +168,7 @@ class FleetView:
                 j.append((node_id, rec))
 
     def copy(self) -> "FleetView":
-        """An independent working copy (indexes copied, records shared, counters copied)."""
+        """An independent working copy (indexes copied, records shared)."""
         new = FleetView.__new__(FleetView)
         new.__dict__.update(self.__dict__)
         self._cow_gen = new._cow_gen = next(GENERATIONS)
@@ -201,9 +178,6 @@ class FleetView:
         new.buckets = {k: list(v) for k, v in self.buckets.items()}
         new.members = {k: set(v) for k, v in self.members.items()}
         new.counts = dict(self.counts)
-        new.stats = PlacementStats()
-        for name in PlacementStats.__slots__:
-            setattr(new.stats, name, getattr(self.stats, name))
         return new
 
     # -- node events -------------------------------------------------------------------------------
@@ -240,7 +214,7 @@ class FleetView:
 
     # -- reservation events --------------------------------------------------------------------
     def commit(self, decision: Decision) -> Allocation | None:
-        """Apply a placed decision's allocation (no-op for provision/deferred); counts fallbacks.
+        """Apply a placed decision's allocation (no-op for provision/deferred).
         ``CapacityError`` if the node has no free slot any more (a stale decision: place again)."""
         if decision.status != "placed" or decision.allocation is None:
             return None
@@ -249,9 +223,6 @@ class FleetView:
             raise CapacityError(f"node {decision.node_id} can no longer take this placement (stale decision)",
                                 requirement=decision.requirement, reason="stale decision")
         self.reserve(decision.allocation)
-        self.stats.placed += 1
-        if decision.fallback_levels > 0:
-            self.stats.fallback_count += 1
         return decision.allocation
 
     def reserve(self, a: Allocation) -> NodeRecord:
@@ -298,7 +269,6 @@ class FleetView:
             d["jobs"] = d["jobs"] - {a.job_id}
             if d["exclusive_job"] == a.job_id:
                 d["exclusive_job"] = None
-        self.stats.released += 1
         self._usage_changed(rec, d)
         return rec
 
