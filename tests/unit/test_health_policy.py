@@ -268,7 +268,12 @@ def test_degradation_and_recovery_events():
 def test_drain_then_lost_then_collected():
     h = Harness()
     h.join("a")
-    h.policy.drain("a")
+    # An operator drain is the registry's to write (mark_draining); the monitor learns the status
+    # from the registry's records, as it does on start (HealthMonitorActor._restore).
+    joined = h.policy.nodes["a"]
+    h.policy.restore([NodeHealth(node_id="a", name=joined.name, status=NodeStatus.DRAINING, since=h.clock(),
+                                 last_beat=joined.last_beat, heard=joined.heard)])
+    h.policy.validate_state()
     assert h.policy.status("a") is NodeStatus.DRAINING
     assert kinds(h.kill("a")) == ["NodeLost"]
     assert kinds(h.run(SEED.drain_grace_s)) == ["NodeCollected"]

@@ -217,14 +217,6 @@ class HealthPolicy:
         return [NodeRecovered(node_id=node_id, name=node.name, at=now, stimulus_id=sid,
                               reason=f"degradation cleared ({'; '.join(before)})")]
 
-    def drain(self, node_id: str, stimulus_id: str | None = None) -> list[Event]:
-        """An operator drain: the node stops taking work (``draining``) but stays a member."""
-        node = self.nodes.get(node_id)
-        if node is None or node.status is NodeStatus.DRAINING:
-            return []
-        self._set_status(node, NodeStatus.DRAINING, self.clock())
-        return []
-
     def tick(self, stimulus_id: str | None = None) -> list[Event]:
         """The passage of time: missed heartbeats, drain graces ending, flap holds ending."""
         now = self.clock()
