@@ -27,20 +27,25 @@ is the plain one it is tested against (same decisions, same traces).
 Modules: ``requirement`` (Requirement), ``context`` (PlacementContext, Peer), ``records``
 (NodeRecord), ``fleet`` (FleetView, FleetSnapshot), ``filters`` (the chain,
 GPU choice, provisioning fit), ``keys`` (the key), ``walk`` (step order, decision builders),
-``reference``, ``fast``, ``decision`` (Decision, Allocation, PlacementTrace), ``explain``,
-``synth`` (synthetic fleets for tests and the benchmark).
+``reference``, ``fast``, ``decision`` (Decision, Allocation), ``trace`` (PlacementTrace,
+TraceStep), ``explain``, ``synth`` (synthetic fleets for tests and the benchmark).
+
+Imports inside the package run one way (an import-linter ``acyclic_siblings`` contract checks
+it): requirement, context, trace < records < filters < keys < explain < decision < walk, fleet <
+reference < fast.
 """
 
 from __future__ import annotations
 
 from fabric.core.placement.context import TASK_CONTEXT, Peer, PlacementContext
-from fabric.core.placement.decision import Allocation, Decision, PlacementTrace, TraceStep
+from fabric.core.placement.decision import Allocation, Decision
 from fabric.core.placement.fast import dry_run, place, place_many
 from fabric.core.placement.filters import FILTER_NAMES, SLOT_FILTERS
 from fabric.core.placement.fleet import FleetSnapshot, FleetView
 from fabric.core.placement.keys import KEY_COMPONENTS
 from fabric.core.placement.records import NodeRecord
 from fabric.core.placement.requirement import Requirement
+from fabric.core.placement.trace import PlacementTrace, TraceStep
 
 __all__ = [
     "Allocation", "Decision", "FILTER_NAMES", "FleetSnapshot", "FleetView", "KEY_COMPONENTS", "NodeRecord", "Peer",

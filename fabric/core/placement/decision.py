@@ -1,25 +1,20 @@
-"""What the engine returns: ``Decision`` (placed / provision / deferred), the ``Allocation`` a
-placed decision reserves, and the ``PlacementTrace`` that explains it.
-
-A trace is the walk replayed: for each step (compute level x pool tier) every node's first
-failing filter and every survivor's key, then any provisioning attempts. The fast engine
-records only a snapshot of the fleet (a shallow dict copy: records are immutable) and the
-trace is computed from it by the reference walk the first time it is read, so asking for a
-trace costs a copy, and reading it costs a reference walk.
+"""What the engine returns: ``Decision`` (placed / provision / deferred) and the ``Allocation``
+a placed decision reserves. The ``PlacementTrace`` that explains a decision is ``trace``'s, the
+text a person reads is ``explain``'s; both sit below this module.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
+from fabric.core.placement.context import PlacementContext
+from fabric.core.placement.explain import explain
+from fabric.core.placement.requirement import Requirement
+from fabric.core.placement.trace import PlacementTrace
 from fabric.core.settings import NodeShape
 from fabric.core.tiers import ComputeTier
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fabric.core.placement.context import PlacementContext
-    from fabric.core.placement.requirement import Requirement
 
 _ALLOC_IDS = itertools.count(1)
 
@@ -48,86 +43,6 @@ class Allocation:
     allocation_id: int = field(default_factory=lambda: next(_ALLOC_IDS))
 
 
-@dataclass(frozen=True, slots=True)
-class TraceStep:
-    """One step of the walk."""
-
-    kind: str
-    """``existing`` (nodes filtered and ranked) or ``provision`` (elastic pool tier tried)."""
-    level: ComputeTier
-    pool: str
-    pool_tier: str
-    verdicts: dict[str, str] = field(default_factory=dict)
-    """node id -> first failing filter (existing steps)."""
-    survivors: tuple[tuple[tuple, str], ...] = ()
-    """(key, node id) of every survivor, best first (existing steps)."""
-    note: str = ""
-    """What the step concluded, in words."""
-
-
-class PlacementTrace:
-    """Every step walked, every node's verdict, every survivor's key; where it was decided."""
-
-    __slots__ = ("_steps", "_decided", "_compute")
-
-    def __init__(self, steps: "list[TraceStep] | None" = None, decided: "tuple[str, str] | None" = None,
-                 compute: "Callable[[], tuple[list[TraceStep], tuple[str, str] | None]] | None" = None) -> None:
-        self._steps = steps
-        self._decided = decided
-        self._compute = compute
-
-    def _load(self) -> None:
-        if self._steps is None:
-            assert self._compute is not None
-            self._steps, self._decided = self._compute()
-            self._compute = None
-
-    @property
-    def steps(self) -> list[TraceStep]:
-        self._load()
-        return self._steps  # type: ignore[return-value]
-
-    @property
-    def decided_at(self) -> "tuple[str, str] | None":
-        """(level, pool tier) of the step that decided, or None when deferred."""
-        self._load()
-        return self._decided
-
-    def verdicts(self) -> dict[str, str]:
-        """Every node's verdict at the deciding step (the last existing-node step walked when
-        nothing was placed): its first failing filter, or ``survivor``."""
-        step = self._main_step()
-        if step is None:
-            return {}
-        out = dict(step.verdicts)
-        for _, nid in step.survivors:
-            out[nid] = "survivor"
-        return out
-
-    def _main_step(self) -> "TraceStep | None":
-        steps = [s for s in self.steps if s.kind == "existing"]
-        if self._decided is not None:
-            for s in steps:
-                if (s.level.value, s.pool_tier) == self._decided:
-                    return s
-        return steps[-1] if steps else None
-
-    def survivors(self) -> list[tuple[tuple, str]]:
-        """(key, node id) of the survivors at the deciding step (or the last step), best first."""
-        step = self._main_step()
-        return list(step.survivors) if step is not None else []
-
-    def __reduce__(self):  # a lazy trace is materialised to cross a process boundary
-        return (PlacementTrace, (self.steps, self.decided_at))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PlacementTrace):
-            return NotImplemented
-        return self.steps == other.steps and self.decided_at == other.decided_at
-
-    __hash__ = None  # type: ignore[assignment]
-
-
 class Decision:
     """``placed(node)``, ``provision(pool tier, shape)`` or ``deferred(reason)``."""
 
@@ -139,8 +54,8 @@ class Decision:
     def __init__(
         self,
         status: str,
-        requirement: "Requirement",
-        context: "PlacementContext",
+        requirement: Requirement,
+        context: PlacementContext,
         *,
         node_id: str | None = None,
         node_name: str | None = None,
@@ -208,9 +123,7 @@ class Decision:
 
     def explain(self, verbose: bool = False, top: int = 5) -> str:
         """A report for a person (think ``nomad alloc status -verbose``)."""
-        from fabric.core.placement.explain import explain
-
-        return explain(self, verbose=verbose, top=top)
+        return explain(self.summary(), self.requirement, self.context, self.trace, self.node_id, verbose=verbose, top=top)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no trace)."""

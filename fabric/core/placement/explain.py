@@ -3,18 +3,20 @@
 Modelled on ``nomad alloc status -verbose``: the outcome first, then the requirement, then
 each step of the walk with how many nodes each filter removed, then the best survivors'
 keys component by component. ``verbose=True`` adds every node's verdict.
+
+It reads the decision's parts (its one-line summary, requirement, context, trace and node),
+not the ``Decision`` itself, so that ``decision`` may call it without an import cycle.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
+from fabric.core.placement.context import PlacementContext
 from fabric.core.placement.keys import KEY_COMPONENTS
+from fabric.core.placement.requirement import Requirement
+from fabric.core.placement.trace import PlacementTrace
 from fabric.core.tiers import ComputeTier
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fabric.core.placement.decision import Decision
 
 _SHORT = ("viol", "launching", "avoid_spare", "tier", "warmth", "reserved", "pref_spare", "packing", "zone", "node")
 
@@ -32,11 +34,12 @@ def _fmt_key(key: tuple) -> str:
     return " ".join(parts)
 
 
-def explain(d: "Decision", *, verbose: bool = False, top: int = 5) -> str:
-    req = d.requirement
-    lines = [d.summary()]
+def explain(summary: str, req: Requirement, ctx: PlacementContext, trace: PlacementTrace | None, node_id: str | None,
+            *, verbose: bool = False, top: int = 5) -> str:
+    """The report: ``summary`` (``Decision.summary()``) first, then what ``trace`` saw; the
+    survivor placed on (``node_id``) is starred."""
+    lines = [summary]
     lines.append(f"  requirement: {req!r}")
-    ctx = d.context
     ctx_bits = []
     if ctx.target_node:
         ctx_bits.append(f"pinned to {ctx.target_node}")
@@ -50,10 +53,9 @@ def explain(d: "Decision", *, verbose: bool = False, top: int = 5) -> str:
         ctx_bits.append(f"recovering ({ctx.on_runtime_failure})")
     if ctx_bits:
         lines.append(f"  context: {'; '.join(ctx_bits)}")
-    if d.trace is None:
+    if trace is None:
         lines.append("  (no trace: place(..., trace=True) or dry_run() records one)")
         return "\n".join(lines)
-    trace = d.trace
     lines.append("  walk:")
     for step in trace.steps:
         if step.kind == "existing":
@@ -72,7 +74,7 @@ def explain(d: "Decision", *, verbose: bool = False, top: int = 5) -> str:
     if survivors:
         lines.append(f"  best survivors (of {len(survivors)}; key components in order: {', '.join(KEY_COMPONENTS)}):")
         for key, nid in survivors[:top]:
-            mark = "*" if nid == d.node_id else " "
+            mark = "*" if nid == node_id else " "
             lines.append(f"    {mark} {nid:<24} {_fmt_key(key)}")
     if verbose:
         lines.append("  every node:")

@@ -20,12 +20,13 @@ from typing import Callable, Iterable
 
 from fabric.core.placement import reference, walk
 from fabric.core.placement.context import TASK_CONTEXT, PlacementContext
-from fabric.core.placement.decision import Decision, PlacementTrace
+from fabric.core.placement.decision import Decision
 from fabric.core.placement.filters import SLOT_FILTERS, Query, choose_gpus, first_failing, may_provision, provision_shape
 from fabric.core.placement.fleet import CPU_CLASSES, FleetView, cpu_classes_for
 from fabric.core.placement.keys import placement_key, resilience_violations
 from fabric.core.placement.records import EPS, NodeRecord
 from fabric.core.placement.requirement import Requirement
+from fabric.core.placement.trace import PlacementTrace
 from fabric.core.tiers import ComputeTier
 
 _TIER = {t.rank: t for t in ComputeTier}
@@ -62,14 +63,7 @@ def place_many(fleet: FleetView, requests: Iterable, *, trace: bool = False,
     """Place a burst or a bundle in order, committing each placed decision to ``fleet`` itself
     so later ones see earlier reservations (never double-booked). Items are ``Requirement``s or
     ``(Requirement, PlacementContext)`` pairs. Pass ``fleet.copy()`` to leave a fleet untouched."""
-    engine = engine or place
-    out = []
-    for item in requests:
-        req, ctx = (item, None) if isinstance(item, Requirement) else item
-        d = engine(fleet, req, ctx, trace=trace)
-        fleet.commit(d)
-        out.append(d)
-    return out
+    return walk.place_in_order(fleet, requests, engine or place, trace=trace)
 
 
 def _replay(snap, req: Requirement, ctx: PlacementContext):

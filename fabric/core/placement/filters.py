@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from fabric.core.capabilities import normalise_gpu_name
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.placement.context import PlacementContext
 from fabric.core.placement.records import EPS, NodeRecord, gpu_model_matches
@@ -224,8 +225,6 @@ def shape_fits(shape: NodeShape, req: Requirement, ctx: PlacementContext, level:
         if req.gpu_model is not None:
             if shape.gpu_model is None:
                 return False
-            from fabric.core.capabilities import normalise_gpu_name
-
             if normalise_gpu_name(shape.gpu_model).lower() != normalise_gpu_name(req.gpu_model).lower():
                 return False
     if req.capabilities:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from fabric.core.placement import walk
 from fabric.core.placement.context import TASK_CONTEXT, PlacementContext
-from fabric.core.placement.decision import Decision, PlacementTrace, TraceStep
+from fabric.core.placement.decision import Decision
 from fabric.core.placement.filters import SLOT_FILTERS, Query, choose_gpus, counts_toward_max, first_failing, may_provision, provision_shape
 from fabric.core.placement.keys import placement_key, resilience_violations
 from fabric.core.placement.requirement import Requirement
+from fabric.core.placement.trace import PlacementTrace, TraceStep
 
 
 def place(fleet, req: Requirement, ctx: PlacementContext | None = None, *, trace: bool = False) -> Decision:
@@ -126,6 +127,4 @@ def dry_run(fleet, req: Requirement, ctx: PlacementContext | None = None) -> Dec
 
 def place_many(fleet, requests, *, trace: bool = False) -> list[Decision]:
     """Like ``fabric.core.placement.place_many`` but deciding with the reference engine."""
-    from fabric.core.placement.fast import place_many as _place_many
-
-    return _place_many(fleet, requests, trace=trace, engine=place)
+    return walk.place_in_order(fleet, requests, place, trace=trace)

@@ -19,10 +19,11 @@ Rules the walk applies on top of the steps:
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from fabric.core.placement.context import PlacementContext
-from fabric.core.placement.decision import _ALLOC_IDS, Allocation, Decision, PlacementTrace
+from fabric.core.placement.decision import _ALLOC_IDS, Allocation, Decision
+from fabric.core.placement.trace import PlacementTrace
 from fabric.core.placement.records import NodeRecord
 from fabric.core.placement.requirement import Requirement
 from fabric.core.settings import NodeShape, PoolTier
@@ -100,3 +101,16 @@ def waiting_reason(req: Requirement) -> str:
 
 def unknown_pool_reason(pool: str) -> str:
     return f"no capacity: unknown pool {pool!r}"
+
+
+def place_in_order(fleet: Any, requests: Iterable, engine: Callable[..., Decision], *, trace: bool = False) -> list[Decision]:
+    """Place a burst or a bundle in order with ``engine`` (either implementation's ``place``),
+    committing each decision to ``fleet`` itself so that later ones see earlier reservations.
+    Items are ``Requirement``s or ``(Requirement, PlacementContext)`` pairs."""
+    out = []
+    for item in requests:
+        req, ctx = (item, None) if isinstance(item, Requirement) else item
+        d = engine(fleet, req, ctx, trace=trace)
+        fleet.commit(d)
+        out.append(d)
+    return out
