@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib import import_module
+
+from fabric.cli import lifecycle, node, ops, probe
 
 # Subcommand modules, in help order. Each defines ``add_parser(subparsers) -> None`` and sets
 # ``func`` on its parser(s): ``func(args) -> int`` (the exit code).
-_COMMAND_MODULES = ("fabric.cli.probe", "fabric.cli.node", "fabric.cli.lifecycle", "fabric.cli.ops")
+_COMMAND_MODULES = (probe, node, lifecycle, ops)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabric", description="adaptive-fabric: a Ray-native compute fabric for changing fleets")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        try:
-            module = import_module(name)
-        except ModuleNotFoundError as exc:  # a subcommand module not written yet
-            if exc.name != name:
-                raise
-            continue
+    for module in _COMMAND_MODULES:
         module.add_parser(sub)
     return parser
 
