@@ -35,7 +35,8 @@ CPU_CLASSES = len(CPU_BOUNDS) + 1
 
 
 def cpu_class(rec: NodeRecord) -> int:
-    """The free-CPU class of ``rec`` (0: under half a CPU free ... 4: four or more)."""
+    """The free-CPU class of ``rec`` (0: under half a CPU free ... 4: four or more): the one place
+    it is worked out (the index and ``validate`` both call it)."""
     return bisect_right(CPU_BOUNDS, rec._cpu_total - rec.reserved_cpus + EPS)
 
 
@@ -286,23 +287,20 @@ class FleetView:
             d = rec.__dict__
         return rec, d
 
-    def _placement(self, d: dict) -> "tuple[tuple, tuple] | tuple[None, None]":
-        """(bucket key, sorted entry) for a record's ``__dict__``, or (None, None) when it is not
-        placeable or outside every configured pool tier."""
-        if not (d["_eligible"] and d["running"] < d["_slots"]):
+    def _placement(self, rec: NodeRecord) -> "tuple[tuple, tuple] | tuple[None, None]":
+        """(bucket key, sorted entry) for a record, or (None, None) when it is not placeable or
+        outside every configured pool tier."""
+        if not rec.placeable:
             return None, None
-        binpack = self._binpack.get((d["pool"], d["pool_tier"]))
+        binpack = self._binpack.get((rec.pool, rec.pool_tier))  # type: ignore[arg-type]
         if binpack is None:
             return None, None
-        key = (d["pool"], d["pool_tier"], d["_rank"], d["launching"],
-               d["spare"] and d["running"] == 0 and not d["jobs"],
-               bisect_right(CPU_BOUNDS, d["_cpu_total"] - d["reserved_cpus"] + EPS))
-        return key, (-d["_load"] if binpack else d["_load"], d["node_id"])
+        key = (rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec))
+        return key, (-rec._load if binpack else rec._load, rec.node_id)
 
     def _usage_changed(self, rec: NodeRecord, d: dict) -> None:
-        running, total, reserved = d["running"], d["_cpu_total"], d["reserved_cpus"]
-        d["_load"] = max(d["_util"], reserved / total if total > 0 else 1.0, running / d["_slots"])
-        key, entry = self._placement(d)
+        d["_load"] = compute_load(rec)
+        key, entry = self._placement(rec)
         old_key, old_entry = d["_bk"], d["_entry"]
         if key == old_key and entry == old_entry:
             return
@@ -326,7 +324,7 @@ class FleetView:
             self.counts[seg] = self.counts.get(seg, 0) + 1  # type: ignore[index]
         if seg in self._binpack:
             self.members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
-        key, entry = self._placement(d)
+        key, entry = self._placement(rec)
         if key is not None:
             insort(self._bucket(key), entry)
         d["_bk"], d["_entry"] = key, entry

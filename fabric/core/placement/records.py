@@ -250,7 +250,8 @@ class NodeRecord:
 
 
 def compute_load(rec: NodeRecord) -> float:
-    """Packing load of ``rec`` (see ``NodeRecord.load``), rounded so that equal loads compare equal."""
+    """Packing load of ``rec`` (see ``NodeRecord.load``): the one place the formula lives. A record
+    computes it when built, its fleet again after every reservation change."""
     d = rec.__dict__
     cpu_total = d["_cpu_total"]
     cpu_share = d["reserved_cpus"] / cpu_total if cpu_total > 0 else 1.0
