@@ -18,6 +18,10 @@ target (``sys/class/drm/renderD128/device/driver`` -> ``/sys/bus/pci/drivers/amd
 cannot live in the tree because a directory of the same name often must), ``proc/self/cgroup``
 and ``sys/fs/cgroup/...`` carry cgroup limits, ``ffmpeg/path.txt`` and ``ffmpeg/version.txt``
 say which ffmpeg ran, and a bundled profile's ``profile.json`` declares name and roles.
+
+One reading is not a probe input but what every heartbeat carries: ``utilization()``, the load
+now (``probes.utilization``). A recording holds no load, so a recorded node reports the CPU and
+memory load of the machine it runs on and no GPUs.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fabric.core.errors import ProbeError
+from fabric.core.records import Utilization
 from probes._files import MAX_READ, load_json, read_capped
 from probes.ffmpeg import TestEncode, find_ffmpeg, format_test_encode, parse_test_encode, run_test_encodes
 from probes.libva import query_libva
+from probes.utilization import read_utilization
 from probes.vaapi import parse_vainfo
 
 __all__ = ["Sources", "LiveSources", "RecordedSources", "RecordingSources"]
@@ -61,6 +67,7 @@ class Sources(Protocol):
     def ffmpeg_test_encodes(self, encoders: list[str], vaapi_device: str | None = None) -> dict[str, TestEncode]: ...
     def tailscale_status(self) -> dict[str, Any] | None: ...
     def declared(self) -> dict[str, Any]: ...
+    def utilization(self) -> Utilization: ...
 
 
 def _safe_rel(path: str) -> str | None:
@@ -84,10 +91,12 @@ def _run(cmd: list[str], timeout: float = _TOOL_TIMEOUT_S) -> subprocess.Complet
 
 
 class LiveSources:
-    """This machine. ``root`` re-roots the file reads (sysfs, procfs, cgroups) for tests."""
+    """This machine. ``root`` re-roots the file reads (sysfs, procfs, cgroups) for tests;
+    ``psutil`` and ``nvml`` stand in for the modules ``utilization()`` reads."""
 
-    def __init__(self, root: str | Path = "/", *, test_timeout_s: float = 10.0) -> None:
+    def __init__(self, root: str | Path = "/", *, test_timeout_s: float = 10.0, psutil: Any = None, nvml: Any = None) -> None:
         self.root = Path(root)
+        self._psutil, self._nvml = psutil, nvml
         self.label = "live"
         self.problems: list[str] = []
         self.test_timeout_s = test_timeout_s
@@ -182,11 +191,17 @@ class LiveSources:
     def declared(self) -> dict[str, Any]:
         return {}
 
+    def utilization(self) -> Utilization:
+        """CPU and memory from psutil, per-GPU from NVML when it answers."""
+        return read_utilization(True, psutil=self._psutil, nvml=self._nvml)
+
 
 class RecordedSources:
-    """A recording folder standing for one machine (see the module docstring for its layout)."""
+    """A recording folder standing for one machine (see the module docstring for its layout);
+    ``psutil`` stands in for the module ``utilization()`` reads."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, psutil: Any = None) -> None:
+        self._psutil = psutil
         if not isinstance(root, (str, os.PathLike)):
             raise ProbeError(f"a recording folder is a str or Path, got {type(root).__name__}", source=None)
         self.root = Path(root)
@@ -287,6 +302,11 @@ class RecordedSources:
     def declared(self) -> dict[str, Any]:
         return dict(self._declared)
 
+    def utilization(self) -> Utilization:
+        """The load of the machine this runs on (psutil's CPU and memory) and no GPUs: the
+        recorded GPUs are not here to read."""
+        return read_utilization(False, psutil=self._psutil)
+
 
 class RecordingSources:
     """Wraps another ``Sources`` and keeps everything it returned, so ``write(dir)`` can lay it
@@ -370,6 +390,9 @@ class RecordingSources:
         if value:
             self._json["profile.json"] = value
         return value
+
+    def utilization(self):
+        return self.inner.utilization()  # the load now is not a probe input: never recorded
 
     def write(self, folder: str | Path) -> Path:
         """Lay the captured inputs down as a recording folder (created if needed)."""
