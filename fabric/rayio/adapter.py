@@ -1,17 +1,21 @@
 """The one seam between the fleet actors and Ray (STYLE.md habit 3).
 
-Every Ray call the registry, the health monitor and the probe actors make goes through
-``RayAdapter``: reading the node table, finding and starting named actors, the session
-directory. Unit tests hand the actors' logic a fake with the same methods instead.
+Every Ray call the registry, the health monitor, the probe actors and the dispatcher make goes
+through ``RayAdapter``: reading the node table, finding and starting named actors, the cluster's
+GCS address, what a caught Ray exception means (``is_actor_gone``, ``remote_cause``) and the
+unpickling of shipped functions. Calls on an actor handle (``handle.method.remote(...)``) are
+made on handles the adapter returned, so a fake adapter hands out fake handles. Unit tests give
+the actors' logic ``fabric.testing.fake_ray.FakeRayAdapter``, which has the same methods.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import ray
+from ray import cloudpickle
+from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fabric.core.health import RayNodeView
@@ -73,3 +77,19 @@ class RayAdapter:
             heartbeat_interval_s=heartbeat_interval_s,
             reprobe_interval_s=reprobe_interval_s,
         )
+
+    # -- what a caught Ray exception means -----------------------------------------------------
+    def is_actor_gone(self, exc: BaseException) -> bool:
+        """True when ``exc`` says the actor a call went to died or is unreachable for now (Ray's
+        ``RayActorError`` family: ``ActorDiedError``, ``ActorUnavailableError``): look it up
+        again and retry. An error the actor's method raised itself is not one."""
+        return isinstance(exc, RayActorError)
+
+    def remote_cause(self, exc: BaseException) -> BaseException | None:
+        """The exception a remote method raised, when ``exc`` is Ray's wrapper of it
+        (``RayTaskError``); None otherwise."""
+        return exc.cause if isinstance(exc, RayTaskError) else None
+
+    def loads(self, blob: bytes) -> Any:
+        """A function (or any value) shipped as ``ray.cloudpickle`` bytes."""
+        return cloudpickle.loads(blob)
