@@ -48,6 +48,8 @@ class SettingsProblem:
 class SettingsError(FabricError, ValueError):
     """Settings are invalid. ``problems`` lists every problem found, not just the first."""
 
+    problems: tuple[SettingsProblem, ...]
+
     def __init__(self, problems: list[SettingsProblem] | tuple[SettingsProblem, ...], message: str | None = None, **_: Any) -> None:
         problems = tuple(problems)
         if message is None:
@@ -64,6 +66,8 @@ class SettingsConflictError(FabricError):
     top-level settings fields that differ; bringing it up with new settings means ``fabric down``
     first (``up()`` without settings attaches to the running fabric, whatever it runs with)."""
 
+    fields: tuple[str, ...]
+
     def __init__(self, fields: list[str] | tuple[str, ...], message: str | None = None, **_: Any) -> None:
         fields = tuple(fields)
         if message is None:
@@ -79,6 +83,11 @@ class SettingsConflictError(FabricError):
 class RequirementError(FabricError, ValueError):
     """A requirement (or decorator argument) is invalid; ``field`` names the one at fault."""
 
+    field: str
+    reason: str
+    """The message without the field name."""
+    value: Any
+
     def __init__(self, field: str, message: str, value: Any = None) -> None:
         super().__init__(f"{field}: {message}", field=field, value=value, reason=message)
 
@@ -88,6 +97,10 @@ class RequirementError(FabricError, ValueError):
 
 class CapacityError(FabricError):
     """No node at or above the requirement's floor could take the work (in time)."""
+
+    requirement: Any
+    reason: str
+    waited_s: float | None
 
     def __init__(self, message: str, *, requirement: Any = None, reason: str = "no capacity", waited_s: float | None = None) -> None:
         super().__init__(message, requirement=requirement, reason=reason, waited_s=waited_s)
@@ -100,6 +113,9 @@ class SchedulerUnavailableError(FabricError):
     """The scheduler did not answer a caller within ``waited_s`` (hung, overloaded, or gone and not
     back): the call was not submitted, so nothing of it runs."""
 
+    waited_s: float | None
+    what: str
+
     def __init__(self, message: str, *, waited_s: float | None = None, what: str = "") -> None:
         super().__init__(message, waited_s=waited_s, what=what)
 
@@ -109,6 +125,8 @@ class SchedulerUnavailableError(FabricError):
 
 class ProbeError(FabricError):
     """A probe source could not be read in a way that is not simply "absent" (a bad recording path)."""
+
+    source: str | None
 
     def __init__(self, message: str, *, source: str | None = None) -> None:
         super().__init__(message, source=source)
@@ -120,6 +138,9 @@ class ProbeError(FabricError):
 class RegistrationError(FabricError, ValueError):
     """A node registration or report was refused (unknown node id, malformed report); nothing stored."""
 
+    node_id: str | None
+    field: str | None
+
     def __init__(self, message: str, *, node_id: str | None = None, field: str | None = None) -> None:
         super().__init__(message, node_id=node_id, field=field)
 
@@ -129,6 +150,11 @@ class RegistrationError(FabricError, ValueError):
 
 class TransitionError(FabricError):
     """An illegal lifecycle transition: says what, from, to and why."""
+
+    what: str
+    from_state: str
+    to_state: str
+    why: str
 
     def __init__(self, what: str, from_state: str, to_state: str, why: str = "not an allowed transition") -> None:
         super().__init__(
@@ -143,6 +169,8 @@ class TransitionError(FabricError):
 class NodeNotFoundError(FabricError, KeyError):
     """No node known by that id or name."""
 
+    node: str
+
     def __init__(self, node: str) -> None:
         super().__init__(f"no node known as {node!r}", node=node)
 
@@ -156,6 +184,10 @@ class NodeNotFoundError(FabricError, KeyError):
 class MessageError(FabricError, ValueError):
     """A message an actor received does not validate (a lease request, a call report, an operator
     call): ``field`` names what is wrong, ``reason`` why, ``value`` a short repr of what came."""
+
+    field: str
+    reason: str
+    value: str
 
     def __init__(self, field: str, reason: str, value: Any = None) -> None:
         try:

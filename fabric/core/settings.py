@@ -15,7 +15,7 @@ import codecs
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -568,7 +568,7 @@ def _problems_from(exc: ValidationError) -> list[SettingsProblem]:
     ]
 
 
-def _problem_from(err: dict[str, Any]) -> SettingsProblem:
+def _problem_from(err: Mapping[str, Any]) -> SettingsProblem:
     path = ".".join(_part(p) for p in err.get("loc", ()))
     msg = err.get("msg", "invalid")
     ctx_err = (err.get("ctx") or {}).get("error")

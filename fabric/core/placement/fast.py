@@ -379,4 +379,6 @@ def _place_general(fleet: FleetView, req: Requirement, ctx: PlacementContext, po
     if best is None:
         return walk.deferred(walk.no_capacity_reason(req, ctx, pool), req, ctx, pool, None)
     _, key, rec, q = best
-    return walk.placed(rec, req, ctx, q.level, pool, q.pool_tier.name, choose_gpus(rec, req), resilience_violations(rec, q), None)  # type: ignore[arg-type]
+    gpus = choose_gpus(rec, req)
+    assert gpus is not None, "a survivor passed gpu_capacity"
+    return walk.placed(rec, req, ctx, q.level, pool, q.pool_tier.name, gpus, resilience_violations(rec, q), None)

@@ -33,6 +33,9 @@ from fabric.core.settings import FabricSettings, PoolTier
 CPU_BOUNDS = (0.5, 1.0, 2.0, 4.0)
 CPU_CLASSES = len(CPU_BOUNDS) + 1
 
+#: ``(pool, pool tier)``: a record's pool tier is None when its pool is not configured.
+Segment = tuple[str | None, str | None]
+
 
 def cpu_class(rec: NodeRecord) -> int:
     """The free-CPU class of ``rec`` (0: under half a CPU free ... 4: four or more): the one place
@@ -101,13 +104,13 @@ class FleetView:
         for p in self.settings.pools:
             fixed = [t.name for t in p.tiers if t.scale_out == "fixed"]
             self._fixed_tier[p.name] = fixed[0] if fixed else p.tiers[0].name
-        self._binpack: dict[tuple[str, str], bool] = {
+        self._binpack: dict[Segment, bool] = {
             (p.name, t.name): t.packing == "binpack" for p in self.settings.pools for t in p.tiers
         }
         self._records: dict[str, NodeRecord] = {}
         self.buckets: dict[tuple, list[tuple[float, str]]] = {}
         self.members: dict[tuple, set[str]] = {}
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: dict[Segment, int] = {}
         self._cow_gen = 0
         self._base: "dict[str, NodeRecord] | None" = None
         self._journal: "list | None" = None
@@ -292,7 +295,7 @@ class FleetView:
         outside every configured pool tier."""
         if not rec.placeable:
             return None, None
-        binpack = self._binpack.get((rec.pool, rec.pool_tier))  # type: ignore[arg-type]
+        binpack = self._binpack.get((rec.pool, rec.pool_tier))
         if binpack is None:
             return None, None
         key = (rec.pool, rec.pool_tier, rec._rank, rec.launching, rec.unconsumed_spare, cpu_class(rec))
@@ -321,7 +324,7 @@ class FleetView:
         d = rec.__dict__
         seg = (rec.pool, rec.pool_tier)
         if rec.status is not NodeStatus.DEAD:
-            self.counts[seg] = self.counts.get(seg, 0) + 1  # type: ignore[index]
+            self.counts[seg] = self.counts.get(seg, 0) + 1
         if seg in self._binpack:
             self.members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
         key, entry = self._placement(rec)
@@ -333,7 +336,7 @@ class FleetView:
         d = rec.__dict__
         seg = (rec.pool, rec.pool_tier)
         if rec.status is not NodeStatus.DEAD:
-            self.counts[seg] -= 1  # type: ignore[index]
+            self.counts[seg] -= 1
         if seg in self._binpack:
             self.members[(rec.pool, rec.pool_tier, rec._rank)].discard(rec.node_id)
         if d["_bk"] is not None:
@@ -344,12 +347,12 @@ class FleetView:
         """Check every index against the records (tests call this after every event)."""
         buckets: dict[tuple, list] = {}
         members: dict[tuple, set] = {}
-        counts: dict[tuple, int] = {}
+        counts: dict[Segment, int] = {}
         for rec in self._records.values():
             seg = (rec.pool, rec.pool_tier)
             if rec.status is not NodeStatus.DEAD:
                 counts[seg] = counts.get(seg, 0) + 1
-            binpack = self._binpack.get(seg)  # type: ignore[arg-type]
+            binpack = self._binpack.get(seg)
             if binpack is None:
                 continue
             members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)

@@ -113,10 +113,8 @@ class NodeRecord:
         s = object.__setattr__
         caps = self.capabilities
         hw_tier = caps.tier
-        if self.tier is None:
-            s(self, "tier", hw_tier)
-        else:
-            s(self, "tier", ComputeTier.parse(self.tier))
+        tier = hw_tier if self.tier is None else ComputeTier.parse(self.tier)
+        s(self, "tier", tier)
         if self.label_tier is None:
             s(self, "label_tier", hw_tier)
         elif not isinstance(self.label_tier, ComputeTier):
@@ -135,7 +133,7 @@ class NodeRecord:
         if len(gr) < ng:
             gr = gr + (0.0,) * (ng - len(gr))
         s(self, "gpu_reserved", gr)
-        s(self, "_rank", self.tier.rank)
+        s(self, "_rank", tier.rank)
         s(self, "_tags", caps.capability_tags)
         s(self, "_slots", self.max_concurrent_tasks if self.max_concurrent_tasks is not None else caps.limitations.max_concurrent_tasks)
         s(self, "_cpu_total", caps.cpu_usable * self.utilization_cap)

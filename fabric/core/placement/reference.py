@@ -81,7 +81,8 @@ def walk_fleet(fleet, req: Requirement, ctx: PlacementContext, *, trace: bool):
         return walk.deferred(walk.no_capacity_reason(req, ctx, pool_name), req, ctx, pool_name, None), tsteps, None
     _, key, rec, q = best
     gpus = choose_gpus(rec, req)
-    decision = walk.placed(rec, req, ctx, q.level, pool_name, q.pool_tier.name, gpus, resilience_violations(rec, q), None)  # type: ignore[arg-type]
+    assert gpus is not None, "a survivor passed gpu_capacity"
+    decision = walk.placed(rec, req, ctx, q.level, pool_name, q.pool_tier.name, gpus, resilience_violations(rec, q), None)
     return decision, tsteps, (q.level.value, q.pool_tier.name)
 
 

@@ -178,6 +178,7 @@ class Requirement:
     class_id: int
     """A small integer standing for ``class_key`` in this process (never reused for another
     key), so that per-class caches can key on an int instead of hashing the tuple."""
+    _hash: int
 
     def __init__(
         self,

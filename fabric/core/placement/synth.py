@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from functools import lru_cache
+from typing import Any
 
 from fabric.core.capabilities import FfmpegInfo, FramebufferInfo, GpuInfo, GpuVendor, Limitations, NodeCapabilities
 from fabric.core.lifecycle import NodeStatus
@@ -185,7 +186,7 @@ def realistic_fleet(n: int, seed: int = 0) -> list[NodeRecord]:
     return out
 
 
-_REQ_MIX = (
+_REQ_MIX: tuple[tuple[dict[str, Any], int], ...] = (
     (dict(min_tier="cpu_ffmpeg", num_cpus=1), 35),
     (dict(min_tier="gpu_apu", floor="cpu_ffmpeg", num_cpus=1, payload_size=1024), 20),  # seed 002's burst
     (dict(min_tier="gpu_cuda", fallback=False, num_gpus=0.25), 5),
