@@ -11,7 +11,8 @@ Why a lower level only looks at one tier: every node above it was already tried 
 levels above with the same filters, which do not depend on the level, and failed.
 
 Contexts that are not simple (resilience, warmth, reservations, soft zone, a pin) take the
-general path: the same segments, every survivor keyed with the shared ``placement_key``.
+general path: the same segments, every survivor keyed by ``_make_key`` (``keys.placement_key``
+with the context's parts worked out once per step; the property tests hold the two equal).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fabric.core.placement.context import TASK_CONTEXT, PlacementContext
 from fabric.core.placement.decision import Decision
 from fabric.core.placement.filters import SLOT_FILTERS, Query, choose_gpus, first_failing, may_provision, provision_shape
 from fabric.core.placement.fleet import CPU_CLASSES, FleetView, cpu_classes_for
-from fabric.core.placement.keys import placement_key, resilience_violations
+from fabric.core.placement.keys import resilience_violations
 from fabric.core.placement.records import EPS, NodeRecord
 from fabric.core.placement.requirement import Requirement
 from fabric.core.placement.trace import PlacementTrace
