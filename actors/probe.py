@@ -10,10 +10,13 @@ run by hand on a node after ``fabric join``. The actor reads the node the way it
 3. else the live machine.
 
 So a simulated node behaves like a real one end to end. Every ``heartbeat_interval_s`` it sends
-a heartbeat with utilisation (CPU, memory, per-GPU via NVML when present); every
-``reprobe_interval_s`` it probes again and reports what the node lost since it joined (a GPU
-that vanished, an encoder that stopped working). Being pinned, it dies with its node; that is
-the point (the monitor notices through Ray, not through this actor).
+a heartbeat with utilisation (``Sources.utilization()``: CPU, memory, per-GPU via NVML on a live
+node); every ``reprobe_interval_s`` it probes again and reports what the node lost since it
+joined (a GPU that vanished, an encoder that stopped working). Being pinned, it dies with its
+node; that is the point (the monitor notices through Ray, not through this actor).
+
+``Probe`` is the logic, over the Ray seam (``fabric.rayio.adapter.RayAdapter``; a fake in unit
+tests), its ``Sources`` and a clock; ``ProbeActor`` is the thin async Ray actor around it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -30,14 +33,13 @@ from fabric.rayio.adapter import RayAdapter
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.errors import RegistrationError
 from fabric.core.health import detect_degradation
-from fabric.core.records import GpuUtilization, Utilization
-
-"""Environment variable naming the recording folder a node was joined from (``fabric join --recording``)."""
+from fabric.core.records import Utilization
 
 
 def sources_for(labels: dict[str, str], environ: dict[str, str] | None = None) -> tuple[Any, str]:
     """The probe ``Sources`` for a node with these labels, and a word saying which (profile name,
-    recording path or ``live``)."""
+    recording path or ``live``): the ``fabric.io/profile`` label, else ``FABRIC_RECORDING`` in
+    ``environ`` (default: this process's), else the live machine."""
     from probes import LiveSources, RecordedSources
 
     environ = dict(os.environ) if environ is None else environ
@@ -52,48 +54,25 @@ def sources_for(labels: dict[str, str], environ: dict[str, str] | None = None) -
     return LiveSources(), "live"
 
 
-def read_utilization(live: bool) -> Utilization:
-    """This machine's load now: CPU and memory from psutil; per-GPU from NVML when ``live`` and NVML
-    answers (a recorded node has no real GPU to read)."""
-    import psutil
+class Probe:
+    """The probe's logic: register, heartbeat, re-probe. ``adapter`` is the Ray seam (default: a
+    ``RayAdapter``); ``sources`` the node's ``Sources`` and ``source`` the word naming them
+    (default: ``sources_for(labels)``; given sources are named by their ``label``); ``clock`` a
+    monotonic time."""
 
-    gpus: list[GpuUtilization] = []
-    if live:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            try:
-                for i in range(pynvml.nvmlDeviceGetCount()):
-                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                    rates = pynvml.nvmlDeviceGetUtilizationRates(h)
-                    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-                    try:
-                        enc = float(pynvml.nvmlDeviceGetEncoderUtilization(h)[0])
-                    except pynvml.NVMLError:
-                        enc = None
-                    gpus.append(GpuUtilization(index=i, gpu_percent=float(rates.gpu), memory_used_mib=int(mem.used) >> 20,
-                                               memory_total_mib=int(mem.total) >> 20, encoder_percent=enc))
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception:  # no NVML, no driver, no GPU: absent means absent
-            gpus = []
-    return Utilization(cpu_percent=float(psutil.cpu_percent(interval=None)), memory_percent=float(psutil.virtual_memory().percent),
-                       gpus=tuple(gpus))
-
-
-@ray.remote(num_cpus=0)
-class ProbeActor:
-    """Registers its node, heartbeats, re-probes. Started by the health monitor, pinned to the node."""
-
-    def __init__(self, node_id: str, *, name: str, labels: dict[str, str], heartbeat_interval_s: float, reprobe_interval_s: float) -> None:
+    def __init__(self, node_id: str, *, name: str, labels: dict[str, str], heartbeat_interval_s: float, reprobe_interval_s: float,
+                 adapter: Any = None, sources: Any = None, source: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.node_id = node_id
         self.name = name
         self.labels = dict(labels)
         self.heartbeat_interval_s = heartbeat_interval_s
         self.reprobe_interval_s = reprobe_interval_s
-        self.adapter = RayAdapter()
-        self.sources, self.source = sources_for(self.labels)
+        self.adapter = adapter if adapter is not None else RayAdapter()
+        self.clock = clock
+        if sources is None:
+            self.sources, self.source = sources_for(self.labels)
+        else:
+            self.sources, self.source = sources, source or sources.label
         self.baseline = self._probe()
         self.current = self.baseline
         self.degraded: tuple[str, ...] = ()
@@ -101,7 +80,7 @@ class ProbeActor:
         self.last_error: str | None = None
         self.beats = 0
         self.paused_until = 0.0
-        self._task = asyncio.get_event_loop().create_task(self._run())
+        self.next_probe = clock() + reprobe_interval_s
 
     def _probe(self) -> NodeCapabilities:
         from probes import probe_node
@@ -113,34 +92,40 @@ class ProbeActor:
     async def _registry(self) -> Any:
         return await self.adapter.wait_for_actor(REGISTRY)
 
-    async def _run(self) -> None:
-        live = self.source == "live"
-        read_utilization(live)  # prime psutil's CPU counter
-        next_probe = time.monotonic() + self.reprobe_interval_s
+    async def run(self) -> None:
+        """Beat every ``heartbeat_interval_s`` for ever (nothing while paused)."""
+        self.sources.utilization()  # prime psutil's CPU counter
+        self.next_probe = self.clock() + self.reprobe_interval_s
         while True:
-            if time.monotonic() < self.paused_until:
-                await asyncio.sleep(min(self.heartbeat_interval_s, self.paused_until - time.monotonic()))
+            if self.clock() < self.paused_until:
+                await asyncio.sleep(min(self.heartbeat_interval_s, self.paused_until - self.clock()))
                 continue
-            try:
-                registry = await self._registry()
-                util = read_utilization(live)
-                if not self.registered:
-                    await registry.register.remote(self.node_id, self.current.model_dump(mode="json"), util.model_dump())
-                    self.registered = True
-                else:
-                    await registry.heartbeat.remote(self.node_id, util.model_dump())
-                self.beats += 1
-                if time.monotonic() >= next_probe:
-                    next_probe = time.monotonic() + self.reprobe_interval_s
-                    await self._reprobe(registry, util)
-                self.last_error = None
-            except RegistrationError as exc:
-                self.last_error = str(exc)
-                if exc.field == "node_id" and "unregistered" in str(exc):
-                    self.registered = False  # the registry lost us (a fresh store): register again
-            except Exception as exc:  # the registry restarting, a transient Ray error: retry next beat
-                self.last_error = f"{type(exc).__name__}: {exc}"
+            await self.beat()
             await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def beat(self) -> None:
+        """One heartbeat: register the node (the first time, or again when the registry lost it)
+        or heartbeat, with the load now; re-probe and report when ``reprobe_interval_s`` is up.
+        Never raises: a failure is kept in ``last_error`` and the next beat retries."""
+        try:
+            registry = await self._registry()
+            util = self.sources.utilization()
+            if not self.registered:
+                await registry.register.remote(self.node_id, self.current.model_dump(mode="json"), util.model_dump())
+                self.registered = True
+            else:
+                await registry.heartbeat.remote(self.node_id, util.model_dump())
+            self.beats += 1
+            if self.clock() >= self.next_probe:
+                self.next_probe = self.clock() + self.reprobe_interval_s
+                await self._reprobe(registry, util)
+            self.last_error = None
+        except RegistrationError as exc:
+            self.last_error = str(exc)
+            if exc.field == "node_id" and "unregistered" in str(exc):
+                self.registered = False  # the registry lost us (a fresh store): register again
+        except Exception as exc:  # the registry restarting, a transient Ray error: retry next beat
+            self.last_error = f"{type(exc).__name__}: {exc}"
 
     async def _reprobe(self, registry: Any, util: Utilization) -> tuple[str, ...]:
         self.current = await asyncio.to_thread(self._probe)
@@ -151,14 +136,38 @@ class ProbeActor:
     async def reprobe_now(self) -> list[str]:
         """Probe again at once and report; the degradation reasons found."""
         registry = await self._registry()
-        return list(await self._reprobe(registry, read_utilization(self.source == "live")))
+        return list(await self._reprobe(registry, self.sources.utilization()))
+
+    def pause(self, seconds: float) -> None:
+        """Send nothing for ``seconds``: what the registry sees of a network partition (the raylet
+        stays up, the heartbeats stop). For tests and drills."""
+        self.paused_until = self.clock() + seconds
+
+    def info(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "name": self.name, "pid": os.getpid(), "source": self.source,
+                "registered": self.registered, "beats": self.beats, "last_error": self.last_error,
+                "tier": self.current.tier.value, "degraded": list(self.degraded)}
+
+
+@ray.remote(num_cpus=0)
+class ProbeActor:
+    """Registers its node, heartbeats, re-probes. Started by the health monitor, pinned to the node:
+    a ``Probe`` and its loop."""
+
+    def __init__(self, node_id: str, *, name: str, labels: dict[str, str], heartbeat_interval_s: float, reprobe_interval_s: float,
+                 adapter: Any = None) -> None:
+        self.probe = Probe(node_id, name=name, labels=labels, heartbeat_interval_s=heartbeat_interval_s,
+                           reprobe_interval_s=reprobe_interval_s, adapter=adapter)
+        self._task = asyncio.get_event_loop().create_task(self.probe.run())
+
+    async def reprobe_now(self) -> list[str]:
+        """Probe again at once and report; the degradation reasons found."""
+        return await self.probe.reprobe_now()
 
     async def pause(self, seconds: float) -> None:
         """Send nothing for ``seconds``: what the registry sees of a network partition (the raylet
         stays up, the heartbeats stop). For tests and drills."""
-        self.paused_until = time.monotonic() + seconds
+        self.probe.pause(seconds)
 
     async def info(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "name": self.name, "pid": os.getpid(), "source": self.source,
-                "registered": self.registered, "beats": self.beats, "last_error": self.last_error,
-                "tier": self.current.tier.value, "degraded": list(self.degraded)}
+        return self.probe.info()
