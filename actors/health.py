@@ -20,6 +20,9 @@ its probe registers and beats again.
 
 The registry takes a batch of events whole or not at all; a refused batch is applied again one
 event at a time, so only the refused events are left out (counted in ``status()["refused_events"]``).
+
+``HealthMonitor`` is the logic, over the Ray seam (``fabric.rayio.adapter.RayAdapter``; a fake in
+unit tests) and a clock; ``HealthMonitorActor`` is the thin async Ray actor around it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import asyncio
 import os
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -47,15 +50,19 @@ _SUBSCRIBERS_KEY = "health.subscribers"
 EVENT_LOG_SIZE = 10_000
 
 
-@ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)
-class HealthMonitorActor:
-    """The named, detached health monitor (``fabric.core.health``)."""
+class HealthMonitor:
+    """The health monitor's logic: the restore, the tick, the surface. ``adapter`` is the Ray seam
+    (default: a ``RayAdapter``), ``probe_actor`` the actor class started on every node (default:
+    ``ProbeActor``), ``clock`` the time (the policy and the probe backoff read it too)."""
 
-    def __init__(self, settings: dict | None = None) -> None:
+    def __init__(self, settings: dict | None = None, *, adapter: Any = None, probe_actor: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = FabricSettings.load(settings or {})
-        self.adapter = RayAdapter()
-        self.policy = HealthPolicy(self.settings.health, clock=time.time)
-        self.probes = ProbeRestarts(clock=time.time)
+        self.adapter = adapter if adapter is not None else RayAdapter()
+        self.probe_actor = probe_actor if probe_actor is not None else ProbeActor
+        self.clock = clock
+        self.policy = HealthPolicy(self.settings.health, clock=clock)
+        self.probes = ProbeRestarts(clock=clock)
         self.refused_events = 0
         self.last_refusal: str | None = None
         self.log: deque[tuple[int, Any]] = deque(maxlen=EVENT_LOG_SIZE)
@@ -63,13 +70,21 @@ class HealthMonitorActor:
         self.ticks = 0
         self.subscribers: dict[str, str] = {}
         self._unapplied: list[Any] = []
-        self.started_at = time.time()
+        self._unannounced: list[Any] = []
+        self.started_at = clock()
         self.last_error: str | None = None
         self._ready = asyncio.Event()
         self._restored = asyncio.Event()
-        self._task = asyncio.get_event_loop().create_task(self._run())
 
     # -- the loop ----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Restore, then tick every ``monitor_interval_s`` for ever."""
+        registry = await self.start()
+        while True:
+            registry = await self.step(registry)
+            self._ready.set()
+            await asyncio.sleep(self.settings.health.monitor_interval_s)
+
     async def _registry(self) -> Any:
         return await self.adapter.wait_for_actor(REGISTRY)
 
@@ -82,7 +97,7 @@ class HealthMonitorActor:
         # beat may take join_timeout_s), so that the monitor's own downtime, or a down()/up()
         # that restarted every probe, is not read as missed heartbeats: that would flap the
         # whole fleet. Nodes Ray lost meanwhile are still caught at once, from Ray's table.
-        now = time.time()
+        now = self.clock()
         self.policy.restore(
             [NodeHealth(node_id=r.node_id, name=r.name, status=r.status, since=r.status_since,
                         last_beat=r.last_seen if r.status is NodeStatus.OFFLINE else max(r.last_seen, now),
@@ -90,7 +105,9 @@ class HealthMonitorActor:
             flaps, collected,
         )
 
-    async def _run(self) -> None:
+    async def start(self) -> Any:
+        """Restore the policy from the registry (retried until the registry answers), start the
+        probes of the live nodes it tracks; the registry's handle."""
         registry = await self._registry()
         while True:
             try:
@@ -103,52 +120,75 @@ class HealthMonitorActor:
                 registry = await self._registry()
         alive = {n.node_id for n in self.adapter.list_nodes() if n.alive and n.is_fabric_node}
         self._ensure_probes([n for n in self.policy.nodes.values() if n.node_id in alive and n.status is not NodeStatus.OFFLINE])
-        while True:
-            try:
-                await self._tick(registry)
-                self.last_error = None
-            except Exception as exc:  # keep watching; the next tick retries
-                self.last_error = f"tick: {type(exc).__name__}: {exc}"
-                registry = self.adapter.get_actor(REGISTRY) or registry
-            self._ready.set()
-            await asyncio.sleep(self.settings.health.monitor_interval_s)
+        return registry
 
-    async def _tick(self, registry: Any) -> None:
+    async def step(self, registry: Any) -> Any:
+        """One tick that never raises: a failure is kept in ``last_error`` and the next tick
+        retries, with the registry looked up again (it may have restarted). The registry's handle."""
+        try:
+            await self.tick(registry)
+            self.last_error = None
+        except Exception as exc:  # keep watching; the next tick retries
+            self.last_error = f"tick: {type(exc).__name__}: {exc}"
+            registry = self.adapter.get_actor(REGISTRY) or registry
+        return registry
+
+    async def tick(self, registry: Any) -> None:
+        """Read Ray's node table and the registry's heartbeats, let the policy decide, heal the
+        probes, apply the decided events to the registry, then announce them: start the probes of
+        added nodes, push the events to the subscribers. Raises when the registry does not answer;
+        what was decided stays queued, and is applied and announced by the next tick that gets
+        through (in order: a probe starts after its node's events reached the registry)."""
         self.ticks += 1
         sid = f"tick-{self.ticks}"
         rows = self.adapter.list_nodes()
         events = self.policy.observe_ray(rows, stimulus_id=sid)
-        inputs = await registry.health_inputs.remote()
+        try:
+            inputs = await registry.health_inputs.remote()
+        except Exception:
+            # What Ray's table decided stands without the registry (a node Ray declared dead is
+            # lost, and the policy will not decide it again): keep it for the registry's return.
+            self._decided(events)
+            raise
         events += self.policy.observe_heartbeats({k: v["last_seen"] for k, v in inputs.items()}, stimulus_id=sid)
         for node_id, v in inputs.items():
             events += self.policy.observe_degradation(node_id, v["degraded"], stimulus_id=sid)
         events += self.policy.tick(stimulus_id=sid)
-        self._log(events)
-        self._heal_probes(rows)  # before the registry calls: a registry that is down must not stop it
-        # The policy has moved on once it decided: events the registry has not taken yet (it was
-        # restarting) stay queued and go with the next tick, so no status change is ever lost.
-        self._unapplied += events
+        self._decided(events, rows)
         if self._unapplied:
             flaps_changed = any(isinstance(e, (NodeLost, NodeRecovered, NodeAdded, NodeFlapHeld, NodeFlapReleased)) for e in self._unapplied)
             await self._apply(registry)
             if flaps_changed:
                 await registry.put_state.remote(_FLAPS_KEY, self.policy.flaps_json())
         by_id = {r.node_id: r for r in rows}
-        if events:
-            self._ensure_probes([self.policy.nodes[e.node_id] for e in events
+        announce, self._unannounced = self._unannounced, []
+        if announce:
+            self._ensure_probes([self.policy.nodes[e.node_id] for e in announce
                                  if isinstance(e, NodeAdded) and e.node_id in self.policy.nodes and e.node_id in by_id])
-            self._push(events)
+            self._push(announce)
+
+    def _decided(self, events: list[Any], rows: list[RayNodeView] | None = None) -> None:
+        """Log what the policy decided and queue it for the registry: the policy has moved on once
+        it decided, so events the registry has not taken yet (it was restarting) go with the next
+        tick and no status change is ever lost. With ``rows``, heal the probes in between: before
+        the registry calls, so a registry that is down does not stop it."""
+        self._log(events)
+        if rows is not None:
+            self._heal_probes(rows)
+        self._unapplied += events
 
     async def _apply(self, registry: Any) -> None:
         """Send the queued events in batches the registry takes (``MAX_EVENTS``). A refused batch
         (the registry takes it whole or not at all) goes again one event at a time, leaving out
         only what is refused: retrying the same batch could never help. A transient failure (the
-        registry restarting) propagates and leaves the rest queued for the next tick."""
+        registry restarting) propagates and leaves the rest queued for the next tick. What the
+        registry took (or refused) waits in ``_unannounced`` for the tick to announce it."""
         while self._unapplied:
             chunk = self._unapplied[:MAX_EVENTS]
             try:
                 await registry.apply.remote(chunk)
                 del self._unapplied[:len(chunk)]
+                self._unannounced += chunk
                 continue
             except (RegistrationError, TransitionError):
                 pass
@@ -158,7 +198,7 @@ class HealthMonitorActor:
                 except (RegistrationError, TransitionError) as exc:
                     self.refused_events += 1
                     self.last_refusal = f"{type(chunk[0]).__name__} for {chunk[0].node_id[:12]}: {exc}"
-                chunk.pop(0)
+                self._unannounced.append(chunk.pop(0))
                 del self._unapplied[:1]
 
     def _heal_probes(self, rows: list[RayNodeView]) -> None:
@@ -182,7 +222,7 @@ class HealthMonitorActor:
             if row is None or not row.alive:
                 continue
             try:
-                self.adapter.ensure_probe(ProbeActor, row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s)
+                self.adapter.ensure_probe(self.probe_actor, row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s)
             except Exception as exc:
                 self.last_error = f"probe for {node.node_id[:12]}: {type(exc).__name__}: {exc}"
 
@@ -214,13 +254,14 @@ class HealthMonitorActor:
         """Push every future event to ``actor_name.method(event)`` (a named actor in namespace ``fabric``)."""
         await self._restored.wait()
         self.subscribers[actor_name] = method
-        registry = self.adapter.get_actor(REGISTRY)
-        if registry is not None:
-            await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
+        await self._save_subscribers()
 
     async def unsubscribe(self, actor_name: str) -> None:
         await self._restored.wait()
         self.subscribers.pop(actor_name, None)
+        await self._save_subscribers()
+
+    async def _save_subscribers(self) -> None:
         registry = self.adapter.get_actor(REGISTRY)
         if registry is not None:
             await registry.put_state.remote(_SUBSCRIBERS_KEY, self.subscribers)
@@ -232,10 +273,40 @@ class HealthMonitorActor:
     async def status(self) -> dict[str, Any]:
         await self._restored.wait()
         return {
-            "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "started_at": self.started_at, "ticks": self.ticks, "last_error": self.last_error,
+            "pid": os.getpid(), "node_id": self.adapter.current_node_id(), "started_at": self.started_at, "ticks": self.ticks, "last_error": self.last_error,
             "nodes": {n.node_id: {"name": n.name, "status": n.status.value, "since": n.since, "last_beat": n.last_beat,
                                   "ray_dead": n.ray_dead, "degraded": list(n.degraded)} for n in self.policy.nodes.values()},
             "flaps": self.policy.flaps_json(), "collected": sorted(self.policy.collected),
             "probe_restarts": {"total": self.probes.total_restarts, "nodes": self.probes.status()},
             "refused_events": self.refused_events, "last_refusal": self.last_refusal,
         }
+
+
+@ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)
+class HealthMonitorActor:
+    """The named, detached health monitor (``fabric.core.health``): a ``HealthMonitor`` and its loop."""
+
+    def __init__(self, settings: dict | None = None, adapter: Any = None) -> None:
+        self.monitor = HealthMonitor(settings, adapter=adapter)
+        self._task = asyncio.get_event_loop().create_task(self.monitor.run())
+
+    async def ready(self) -> bool:
+        """True once the policy is restored and one tick has run."""
+        return await self.monitor.ready()
+
+    async def events(self, since: int = 0) -> tuple[int, list[Any]]:
+        """Events numbered after ``since`` (the log keeps the last 10,000) and the newest number."""
+        return await self.monitor.events(since)
+
+    async def subscribe(self, actor_name: str, method: str = "on_fleet_event") -> None:
+        """Push every future event to ``actor_name.method(event)`` (a named actor in namespace ``fabric``)."""
+        await self.monitor.subscribe(actor_name, method)
+
+    async def unsubscribe(self, actor_name: str) -> None:
+        await self.monitor.unsubscribe(actor_name)
+
+    async def held_until(self, name: str) -> float | None:
+        return await self.monitor.held_until(name)
+
+    async def status(self) -> dict[str, Any]:
+        return await self.monitor.status()
