@@ -1,7 +1,8 @@
 """Fuzz surface: what the scheduler accepts (issue 12). The ``SchedulerActor`` reads every
 message with ``fabric.core.scheduling.messages`` and hands it to ``SchedulerCore``; this drives the
 same two steps over a live core (a small fleet), with hostile arguments to every entry point:
-a refusal is ``MessageError`` / ``RequirementError`` and leaves the core as it was."""
+a refusal is ``MessageError`` / ``RequirementError`` and leaves the core as it was, and the core's
+``validate_state`` holds after every message."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ CALLS = st.one_of(
 
 
 def _state(core: SchedulerCore) -> Any:
-    return (dict(core.counters), sorted(core._leases), sorted(core.allocations), core.queue_depth,
+    return (dict(core.counters), core.leases.ids(), sorted(core.allocations), core.queue_depth,
             sorted((r.node_id, r.running) for r in core.fleet.records()))
 
 
@@ -106,6 +107,8 @@ def _call(example: tuple[str, tuple]) -> Any:
     except BaseException as exc:
         _LAST["error"] = exc
         raise
+    finally:
+        core.validate_state()  # accepted or refused, the core stays consistent (an AssertionError is a crash)
 
 
 def _stored(example: tuple[str, tuple]) -> bool:

@@ -108,3 +108,10 @@ def read_seconds(field: str, value: Any, *, allow_zero: bool = False) -> float |
 def read_timeout(field: str, value: Any) -> float | None:
     """None, or a positive number of seconds."""
     return read_seconds(field, value)
+
+
+def read_priority(field: str, value: Any) -> int:
+    """A queued call's priority: an integer of at most ``MAX_COUNT`` either way (higher goes first)."""
+    if not (_is_int(value) and abs(value) <= MAX_COUNT):
+        raise MessageError(field, "must be an integer", value)
+    return value

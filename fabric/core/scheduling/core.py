@@ -1,0 +1,488 @@
+"""``SchedulerCore``: the scheduler's decisions, one stimulus at a time (seed 002's adaptive
+scheduler and reconfiguration engine).
+
+``handle(stimulus) -> instructions`` is the one way in (Dask's ``handle_stimulus`` habit): the
+``SchedulerActor`` turns Ray and registry facts and its callers' requests into stimuli
+(``stimuli.py``) and carries out what comes back (``instructions.py``); everything that decides
+lives here, so hours of queueing, draining and node churn replay in milliseconds with an injected
+clock. The state is composed of small parts, each with its own invariants:
+
+- a ``FleetView`` kept current by node stimuli (joined, changed, lost, cordoned, drained);
+- the ``AllocationLedger``: every reservation, by node and owner (released when the work ends,
+  dropped with a lost node);
+- the ``DeferredQueue`` (priority, then FIFO; retried on every capacity event, expired at deadlines);
+- the ``LeaseBook`` (the fast path's leases: renewals, expiry);
+- the ``DrainBook`` (the drain saga, ``DrainPhase``);
+- the counters behind ``handle.metrics()`` and seed 002's ``fallback_count``, and a bounded log
+  of the stimuli handled.
+
+``validate_state()`` checks the invariants of all of them together; every scheduler test runs it.
+The entry points older callers use (``place``, ``lease``, ``drain``...) live in ``calls.py`` as
+thin wrappers that build a stimulus and call ``handle``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable
+
+from fabric.core.errors import CapacityError, FabricError, NodeNotFoundError, RequirementError
+from fabric.core.lifecycle import NodeStatus
+from fabric.core.placement import Decision, FleetView, NodeRecord, PlacementContext, Requirement, dry_run, place
+from fabric.core.settings import FabricSettings
+from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
+
+from fabric.core.scheduling import stimuli as st
+from fabric.core.scheduling.calls import LegacyCalls
+from fabric.core.scheduling.drain import DrainBook
+from fabric.core.scheduling.instructions import Answer, Expired, Instruction, MarkDraining, Placed, Refused, SetCordoned
+from fabric.core.scheduling.invariants import InvalidStateError, state_problems
+from fabric.core.scheduling.leases import LeaseBook, reserve_slots
+from fabric.core.scheduling.ledger import AllocationLedger
+from fabric.core.scheduling.queue import DeferredQueue, QueuedRequest
+from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
+from fabric.core.scheduling.spill import spill_target
+
+Clock = Callable[[], float]
+
+STIMULUS_LOG_SIZE = 512
+"""Stimuli kept in the core's log (``stimulus_log``), newest last."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedStimulus:
+    kind: str
+    stimulus_id: str
+    at: float
+
+
+def hard_fail(req: Requirement) -> CapacityError:
+    """Seed 002: work whose tier no node serves and that may not fall back fails at once."""
+    return CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
+                         requirement=repr(req), reason="no node serves the tier")
+
+
+class SchedulerCore(LegacyCalls):
+    """Placement with memory: the fleet, what was placed on it, and what is waiting."""
+
+    def __init__(self, settings: FabricSettings | None = None, *, clock: Clock, log_size: int = STIMULUS_LOG_SIZE) -> None:
+        self.settings = settings if settings is not None else FabricSettings()
+        self.clock = clock
+        """The time (seconds, monotonic): injected, never read from the system here."""
+        self.fleet = FleetView(settings=self.settings)
+        self.ledger = AllocationLedger()
+        self.queue = DeferredQueue()
+        self.leases = LeaseBook(self.settings.health.monitor_interval_s)
+        self.drains = DrainBook()
+        self._outsiders: dict[str, ComputeTier] = {}
+        self.counters = {
+            "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
+            "placements_deferred": 0, "queue_expired": 0, "released": 0, "fallbacks": 0,
+            "nodes_joined": 0, "nodes_lost": 0, "work_lost_with_node": 0, "select_worker_calls": 0,
+            "leases_granted": 0, "leases_expired": 0, "calls_reported": 0, "call_reports": 0,
+        }
+        self.stimuli_handled = 0
+        self._log: deque[LoggedStimulus] = deque(maxlen=max(1, log_size))
+        self._handlers: dict[type, Callable[[Any, float], list[Instruction]]] = {
+            st.NodeJoined: self._node_joined, st.NodeChanged: self._node_changed, st.NodeLost: self._node_lost,
+            st.OutsidersSeen: self._outsiders_seen, st.PlaceRequested: self._place_requested,
+            st.SelectRequested: self._select_requested, st.LeaseRequested: self._lease_requested,
+            st.LeaseEnded: self._lease_ended, st.CallsReported: self._calls_reported,
+            st.SlotsReleased: self._slots_released, st.PlacementUnclaimed: self._placement_unclaimed,
+            st.Cancelled: self._cancelled, st.Cordoned: self._cordoned, st.Uncordoned: self._uncordoned,
+            st.DrainRequested: self._drain_requested, st.Tick: self._tick,
+        }
+
+    # -- the one way in -----------------------------------------------------------------------------
+    def handle(self, stimulus: st.Stimulus) -> list[Instruction]:
+        """React to one stimulus; every instruction returned carries its ``stimulus_id``."""
+        handler = self._handlers.get(type(stimulus))
+        if handler is None:
+            raise TypeError(f"not a scheduler stimulus: {type(stimulus).__name__}")
+        now = stimulus.now if isinstance(stimulus, st.Tick) and stimulus.now is not None else self.clock()
+        self._log.append(LoggedStimulus(stimulus.kind, stimulus.stimulus_id, now))
+        self.stimuli_handled += 1
+        return handler(stimulus, now)
+
+    def stimulus_log(self) -> list[dict[str, Any]]:
+        """The last ``STIMULUS_LOG_SIZE`` stimuli handled, oldest first: kind, id and time."""
+        return [{"kind": e.kind, "stimulus_id": e.stimulus_id, "at": e.at} for e in self._log]
+
+    def validate_state(self) -> None:
+        """Check every invariant of the core; ``InvalidStateError`` lists each one broken."""
+        problems = state_problems(self)
+        if problems:
+            raise InvalidStateError(problems)
+
+    # -- reading ------------------------------------------------------------------------------------
+    @property
+    def fallback_count(self) -> int:
+        """Decisions placed below their ``min_tier`` since start (seed 002's verification)."""
+        return self.counters["fallbacks"]
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.queue)
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.leases.ttl_s
+
+    @property
+    def allocations(self) -> dict[int, Any]:
+        """Every reservation held, by allocation id (a copy)."""
+        return self.ledger.allocations()
+
+    @property
+    def outsiders(self) -> dict[str, ComputeTier]:
+        return dict(self._outsiders)
+
+    def node(self, node_id: str) -> NodeRecord:
+        return self.fleet.node(node_id)
+
+    def running_on(self, node_id: str) -> int:
+        """Fabric work this scheduler placed on the node and has not seen end."""
+        return self.ledger.running_on(node_id)
+
+    def resolve_node(self, node: str) -> str:
+        """The id of the node known by id or by (unique) name; ``NodeNotFoundError`` otherwise."""
+        if node in self.fleet:
+            return node
+        matches = [r.node_id for r in self.fleet.records() if r.name == node]
+        if len(matches) == 1:
+            return matches[0]
+        raise NodeNotFoundError(node)
+
+    def metrics(self) -> dict:
+        """Counters since start plus gauges computed now: per-tier nodes, running, utilisation."""
+        tiers: dict[str, dict] = {}
+        for rec in self.fleet.records():
+            tier = rec.tier.value if rec.tier is not None else "?"
+            t = tiers.setdefault(tier, {"nodes": 0, "placeable": 0, "running": 0, "slots": 0})
+            t["nodes"] += 1
+            t["placeable"] += int(rec.placeable)
+            t["running"] += rec.running
+            t["slots"] += rec.slots
+        for t in tiers.values():
+            t["utilization"] = round(t["running"] / t["slots"], 4) if t["slots"] else 0.0
+        ordered = {tier.value: tiers[tier.value] for tier in TIERS_BEST_FIRST if tier.value in tiers}
+        return {**self.counters, "queue_depth": self.queue_depth, "nodes": len(self.fleet),
+                "running": len(self.ledger), "tiers": ordered, "leases": len(self.leases),
+                "drains": len(self.drains), "stimuli_handled": self.stimuli_handled}
+
+    def check_requirement(self, req: Requirement) -> Requirement:
+        """``req`` if everything it names exists in the settings in force (its pool); else the
+        ``RequirementError`` that names the field. Never a silent ``deferred`` (API.md)."""
+        if not isinstance(req, Requirement):
+            raise RequirementError("requirement", f"must be a fabric.Requirement, got {type(req).__name__}", req)
+        return req.validate_against(self.settings)
+
+    def any_node_serves(self, tier: ComputeTier, pool: str | None) -> bool:
+        """Some active or draining node of the pool serves ``tier`` (busy or cordoned counts)."""
+        pool = pool or self.fleet.default_pool
+        return any(r.tier is not None and r.tier >= tier and r.pool == pool
+                   and r.status in (NodeStatus.ACTIVE, NodeStatus.DRAINING) for r in self.fleet.records())
+
+    def ray_gpus(self, node_id: str, req: Requirement) -> float:
+        """GPUs a call of ``req`` asks Ray for on ``node_id``: its ``num_gpus`` on a node with CUDA
+        devices (those are what the node declared to Ray, ``NodeCapabilities.ray_gpus``), so Ray
+        reserves them and sets ``CUDA_VISIBLE_DEVICES``; 0 elsewhere (a VA-API GPU is the engine's
+        to account for: asking Ray would leave the call unschedulable there)."""
+        if not req.num_gpus or node_id not in self.fleet:
+            return 0.0
+        return float(req.num_gpus) if self.fleet.node(node_id).capabilities.ray_gpus else 0.0
+
+    def spill_target(self, req: Requirement) -> tuple[dict[str, str] | None, str | None]:
+        """Where a lease's spilled calls go (``spill.spill_target`` over this core's fleet)."""
+        return spill_target(self.fleet, self.settings, self._outsiders, req)
+
+    def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> dict:
+        """A dry-run placement against the fleet, with its trace: the decision, each node's first
+        failing filter, each survivor's key, and the text a person reads. Changes nothing."""
+        d = dry_run(self.fleet, self.check_requirement(req), ctx)
+        names = {r.node_id: r.name for r in self.fleet.records()}
+        trace = d.trace
+        verdicts = {f"{names.get(k, k)} ({k[:12]})": v for k, v in trace.verdicts().items()} if trace else {}
+        survivors = [{"node": names.get(node_id, node_id), "node_id": node_id, "key": list(map(str, key))}
+                     for key, node_id in trace.survivors()] if trace else []
+        return {"decision": {**d.to_dict(), "node_name": d.node_name}, "verdicts": verdicts, "survivors": survivors,
+                "text": d.explain(verbose=verbose)}
+
+    # -- fleet stimuli (seed 002's reconfiguration engine) ---------------------------------------------
+    def _node_joined(self, s: st.NodeJoined, now: float) -> list[Instruction]:
+        """New (or returning) capacity: add it and drain the queue onto it."""
+        rec = s.record
+        fresh = rec.node_id not in self.fleet
+        if rec.node_id in self.drains and not rec.cordoned:
+            rec = rec.evolve(cordoned=True)  # a drain in progress keeps its cordon until an uncordon
+        rec = self.fleet.add(rec)
+        self.ledger.note_cap(rec.node_id, rec.slots)
+        if fresh:
+            self.counters["nodes_joined"] += 1
+        return self._place_waiting(s.stimulus_id)
+
+    def _node_changed(self, s: st.NodeChanged, now: float) -> list[Instruction]:
+        """A node's facts changed (re-probe, demotion to a lower tier, status, flap hold...)."""
+        if s.node_id not in self.fleet:
+            return []
+        changes = dict(s.changes)
+        if s.node_id in self.drains and changes.get("cordoned") is False:
+            del changes["cordoned"]  # a stale read racing the drain's own cordon: only an uncordon withdraws it
+        rec = self.fleet.update(s.node_id, **changes)
+        self.ledger.note_cap(rec.node_id, rec.slots)
+        return self._place_waiting(s.stimulus_id)
+
+    def _node_lost(self, s: st.NodeLost, now: float) -> list[Instruction]:
+        """Capacity removed: forget the node and its reservations. Work that was running there is
+        re-placed by the dispatch layer (Ray retries it within the floor); the queue is unaffected."""
+        if self.fleet.remove(s.node_id) is not None:
+            self.counters["nodes_lost"] += 1
+        self.counters["work_lost_with_node"] += self.ledger.drop_node(s.node_id)
+        self.drains.abandon(s.node_id, now)
+        return []
+
+    def _outsiders_seen(self, s: st.OutsidersSeen, now: float) -> list[Instruction]:
+        """Whatever routes by label must leave these raylets out (``spill_target``)."""
+        self._outsiders = dict(s.nodes)
+        return []
+
+    # -- work -----------------------------------------------------------------------------------------
+    def _refusal(self, req: Requirement, sid: str) -> list[Instruction]:
+        """[Refused] when the settings in force do not know what ``req`` names, else []."""
+        try:
+            self.check_requirement(req)
+        except RequirementError as exc:
+            return [Refused(exc, stimulus_id=sid)]
+        return []
+
+    def _place_requested(self, s: st.PlaceRequested, now: float) -> list[Instruction]:
+        """Place now and reserve the node. A deferred call with ``queue`` waits in the deferred queue.
+
+        A hard requirement (no fallback) that no node in the fleet serves at all is refused at once
+        (``CapacityError``): waiting would not help unless a new node joins, and seed 002 says such
+        work hard-fails. Busy is not absent: a full CUDA node means wait."""
+        sid, req = s.stimulus_id, s.requirement
+        refused = self._refusal(req, sid)
+        if refused:
+            return refused
+        out = self._end_leases(s.release, sid)
+        self.counters["placements_attempted"] += 1
+        d = place(self.fleet, req, s.context)
+        if d.status == "placed":
+            self._commit(d)
+            return out + [Answer(self._assignment(d, req), stimulus_id=sid)]
+        if req.hard and not self.any_node_serves(req.min_tier, req.pool):
+            self.counters["placements_failed"] += 1
+            return out + [Refused(hard_fail(req), stimulus_id=sid)]
+        self.counters["placements_deferred"] += 1
+        if s.queue and s.request_id is not None:
+            timeout = self.settings.queue_timeout_s if s.timeout_s is None else s.timeout_s
+            self.queue.push(s.request_id, req, s.context, priority=s.priority, deadline=now + timeout, now=now)
+        return out + [Answer(NodeAssignment.from_decision(d, reserved=False), stimulus_id=sid)]
+
+    def _select_requested(self, s: st.SelectRequested, now: float) -> list[Instruction]:
+        """Seed 002's ``select_worker``: where would this run now? Counts fallbacks like a real
+        placement but holds no reservation (nothing will release it)."""
+        refused = self._refusal(s.requirement, s.stimulus_id)
+        if refused:
+            return refused
+        self.counters["select_worker_calls"] += 1
+        d = place(self.fleet, s.requirement)
+        if d.status == "placed" and d.fallback_levels > 0:
+            self.counters["fallbacks"] += 1
+        return [Answer(NodeAssignment.from_decision(d, reserved=False), stimulus_id=s.stimulus_id)]
+
+    def _lease_requested(self, s: st.LeaseRequested, now: float) -> list[Instruction]:
+        """Give back the client's idle leases, then grant (or renew) ``lease_id``: the slots it
+        still has running stay reserved and up to ``want`` more are placed; the previous grant under
+        the id is replaced. A hard requirement that no node of its pool serves is refused
+        (``CapacityError``), as a placement is. A requirement the settings refuse is refused before
+        anything is given back."""
+        sid, req = s.stimulus_id, s.requirement
+        refused = self._refusal(req, sid)
+        if refused:
+            return refused
+        out = self._end_leases([idle for idle in s.release if idle != s.lease_id], sid)
+        grant = self._grant(s.lease_id, req, s.holding, s.want, now)
+        if not grant.slots and grant.spill is None and req.hard and not self.any_node_serves(req.min_tier, req.pool):
+            self._drop_lease(s.lease_id)
+            self.counters["placements_failed"] += 1
+            return out + [Refused(hard_fail(req), stimulus_id=sid)]
+        return out + [Answer(grant, stimulus_id=sid)]
+
+    def _lease_ended(self, s: st.LeaseEnded, now: float) -> list[Instruction]:
+        return self._end_leases([s.lease_id], s.stimulus_id)
+
+    def _calls_reported(self, s: st.CallsReported, now: float) -> list[Instruction]:
+        """Calls that ran under leases (on a leased slot or spilled) since their workers' last
+        report, and how many of them ran below their ``min_tier`` (seed 002's counters): each call
+        counts once, where it ran, like a call the scheduler placed itself."""
+        self.counters["calls_reported"] += s.placed
+        self.counters["placements_attempted"] += s.placed
+        self.counters["placements_succeeded"] += s.placed
+        self.counters["call_reports"] += 1
+        self.counters["fallbacks"] += s.fallbacks
+        return []
+
+    def _slots_released(self, s: st.SlotsReleased, now: float) -> list[Instruction]:
+        """Work ended: give its reservations back, then let drains and the queue move on."""
+        return self._release(s.allocation_ids, s.stimulus_id, now)
+
+    def _placement_unclaimed(self, s: st.PlacementUnclaimed, now: float) -> list[Instruction]:
+        """Nobody will run a queued call where it was placed: its slot is free again."""
+        return self._release(() if s.allocation_id is None else (s.allocation_id,), s.stimulus_id, now)
+
+    def _cancelled(self, s: st.Cancelled, now: float) -> list[Instruction]:
+        self.queue.cancel(s.request_id)
+        return []
+
+    # -- the operator ---------------------------------------------------------------------------------
+    def _unknown(self, node_id: str, sid: str) -> list[Instruction]:
+        return [] if node_id in self.fleet else [Refused(NodeNotFoundError(node_id), stimulus_id=sid)]
+
+    def _cordoned(self, s: st.Cordoned, now: float) -> list[Instruction]:
+        """No new placements on the node; running work is left alone; the registry records it."""
+        unknown = self._unknown(s.node_id, s.stimulus_id)
+        if unknown:
+            return unknown
+        self.fleet.update(s.node_id, cordoned=True)
+        return [SetCordoned(s.node_id, True, reason="operator cordon", stimulus_id=s.stimulus_id)]
+
+    def _uncordoned(self, s: st.Uncordoned, now: float) -> list[Instruction]:
+        """The node takes work again (a drain in progress is withdrawn)."""
+        unknown = self._unknown(s.node_id, s.stimulus_id)
+        if unknown:
+            return unknown
+        self.drains.withdraw(s.node_id, now)
+        self.fleet.update(s.node_id, cordoned=False)
+        out: list[Instruction] = [SetCordoned(s.node_id, False, reason="operator uncordon", stimulus_id=s.stimulus_id)]
+        return out + self._place_waiting(s.stimulus_id)
+
+    def _drain_requested(self, s: st.DrainRequested, now: float) -> list[Instruction]:
+        """Cordon now; when the node's fabric work has ended, or the grace has passed, mark it draining."""
+        unknown = self._unknown(s.node_id, s.stimulus_id)
+        if unknown:
+            return unknown
+        self.fleet.update(s.node_id, cordoned=True)
+        grace = self.settings.health.drain_grace_s if s.grace_s is None else s.grace_s
+        self.drains.start(s.node_id, now + grace, now, s.stimulus_id)
+        out: list[Instruction] = [SetCordoned(s.node_id, True, reason="operator drain", stimulus_id=s.stimulus_id)]
+        return out + self._advance_drains(now, s.stimulus_id)
+
+    # -- time -----------------------------------------------------------------------------------------
+    def _tick(self, s: st.Tick, now: float) -> list[Instruction]:
+        """Expire queued work past its deadline and leases not renewed; finish drains whose grace ran out."""
+        sid = s.stimulus_id
+        out: list[Instruction] = []
+        for q in self.queue.expire(now):
+            self.counters["queue_expired"] += 1
+            out.append(Expired(q.request_id, self._timeout_error(q, now), stimulus_id=sid))
+        expired = self.leases.expired(now)
+        for lid in expired:
+            self._drop_lease(lid)
+            self.counters["leases_expired"] += 1
+        out.extend(self._advance_drains(now, sid))
+        if expired:
+            out.extend(self._place_waiting(sid))
+        return out
+
+    @staticmethod
+    def _timeout_error(q: QueuedRequest, now: float) -> CapacityError:
+        waited = now - q.enqueued_at
+        return CapacityError(
+            f"no node at or above {q.requirement.floor} took the work within {waited:.1f}s "
+            f"(asked for {q.requirement.min_tier})",
+            requirement=repr(q.requirement), reason="queue timeout", waited_s=round(waited, 3))
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _place_waiting(self, sid: str) -> list[Instruction]:
+        """Place what the queue can now hold, in priority-then-FIFO order (one pass)."""
+        out: list[Instruction] = []
+
+        def try_place(q: QueuedRequest) -> bool:
+            d = place(self.fleet, q.requirement, q.context)
+            if d.status != "placed":
+                return False
+            self._commit(d)
+            out.append(Placed(q.request_id, self._assignment(d, q.requirement), stimulus_id=sid))
+            return True
+
+        self.queue.place_waiting(try_place, lambda q: (q.requirement.class_key, q.context))
+        return out
+
+    def _release(self, allocation_ids: Iterable[int], sid: str, now: float) -> list[Instruction]:
+        freed = False
+        for aid in allocation_ids:
+            e = self.ledger.pop(aid)
+            if e is None:
+                continue  # already dropped with its node, or released twice
+            self.fleet.release(e.allocation)
+            self.counters["released"] += 1
+            freed = True
+        out = self._advance_drains(now, sid)
+        if freed:
+            out.extend(self._place_waiting(sid))
+        return out
+
+    def _advance_drains(self, now: float, sid: str) -> list[Instruction]:
+        if not len(self.drains):
+            return []
+        out: list[Instruction] = []
+        for d in self.drains.advance(now, self.ledger.running_on, self.fleet.__contains__):
+            self.fleet.update(d.node_id, status=NodeStatus.DRAINING)
+            left = self.ledger.running_on(d.node_id)
+            why = f"drain grace ran out with {left} call(s) running" if left else "drained: no fabric work left"
+            out.append(MarkDraining(d.node_id, reason=why, stimulus_id=sid))
+        return out
+
+    def _commit(self, d: Decision) -> None:
+        """Reserve a placed decision's node for one call and count it."""
+        cap = self.fleet.node(d.node_id).slots if d.node_id is not None else 0
+        a = self.fleet.commit(d)
+        self.counters["placements_succeeded"] += 1
+        if d.fallback_levels > 0:
+            self.counters["fallbacks"] += 1
+        if a is not None:
+            self.ledger.track(a, slots=cap)
+
+    def _assignment(self, d: Decision, req: Requirement) -> NodeAssignment:
+        a = NodeAssignment.from_decision(d, reserved=True)
+        gpus = self.ray_gpus(a.node_id, req) if a.node_id else 0.0
+        return replace(a, ray_gpus=gpus) if gpus else a
+
+    def _grant(self, lease_id: str, req: Requirement, holding: Any, want: int, now: float) -> LeaseGrant:
+        previous = self.leases.get(lease_id)
+        renewals = previous.renewals + 1 if previous is not None else 0
+        self._drop_lease(lease_id)
+        res = reserve_slots(self.fleet, req, holding or {}, want, self.ray_gpus)
+        for a in res.held:
+            self.ledger.track(a, lease_id, held=True)
+        for a, cap in res.placed:
+            self.ledger.track(a, lease_id, slots=cap)
+        ids = [a.allocation_id for a in res.held] + [a.allocation_id for a, _ in res.placed]
+        self.leases.file(lease_id, ids, now, renewals=renewals)
+        self.counters["leases_granted"] += 1
+        spill, via = self.spill_target(req)
+        return LeaseGrant(lease_id, res.slots, spill, self.leases.ttl_s, via)
+
+    def _end_leases(self, lease_ids: Iterable[str], sid: str) -> list[Instruction]:
+        """Give leases back, one by one; the queue tries again after each one that was held."""
+        out: list[Instruction] = []
+        for lid in lease_ids:
+            if self._drop_lease(lid):
+                out.extend(self._place_waiting(sid))
+        return out
+
+    def _drop_lease(self, lease_id: str) -> bool:
+        lease = self.leases.pop(lease_id)
+        if lease is None:
+            return False
+        for aid in lease.allocation_ids:
+            e = self.ledger.pop(aid)
+            if e is not None:
+                self.fleet.release(e.allocation)
+        return True
+
+
+__all__ = ["Clock", "FabricError", "LoggedStimulus", "STIMULUS_LOG_SIZE", "SchedulerCore", "hard_fail"]
