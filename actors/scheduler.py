@@ -1,106 +1,166 @@
 """SchedulerActor: the fabric's detached, named placement service (seed 002 §3 and §5).
 
-It holds a ``SchedulerCore`` (pure: fleet view, reservations, deferred queue) and keeps its fleet
-current from two feeds every tick: Ray's node table (a dead raylet leaves the fleet within one
-tick of Ray noticing) and the registry's records (capabilities, status, flap holds, cordons).
-Everything it decides, the core decides; this class only gathers facts and carries out the
-instructions (wake a waiting call, fail an expired one, mark a drained node in the registry).
+A thin actor around ``SchedulerCore`` (pure: fleet view, reservations, deferred queue, leases,
+drains). It turns each call it receives and each change its fleet feed reports into a stimulus,
+hands it to ``core.handle`` and carries out the instructions that come back: reply to the caller,
+wake or fail a waiting call, write a cordon or a drain to the registry. Everything that decides,
+the core decides; ``Scheduler`` holds no rule of its own.
 
-Restart: a detached actor with ``max_restarts=-1`` re-runs ``__init__``; the fleet comes back from
-the registry and Ray, and work that was already dispatched is unaffected (it runs on its node and
-its result goes straight to the caller). Reservations of work in flight are not remembered; Ray's
-``fabric.slots`` still refuses any oversubscription meanwhile.
+``Scheduler`` is the plain class (its unit tests drive it with a fake feed and metrics sink);
+``SchedulerActor`` is it as the Ray actor. Restart: a detached actor with ``max_restarts=-1``
+re-runs ``__init__``; the fleet comes back from the feed's first poll, and work that was already
+dispatched is unaffected (it runs on its node and its result goes straight to the caller).
+Reservations of work in flight are not remembered; Ray's ``fabric.slots`` still refuses any
+oversubscription meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
 from actors.fleet_feed import FleetFeed
-from fabric.core.scheduling import messages as msg
 from fabric.core.errors import CapacityError, MessageError
-from fabric.core.placement import PlacementContext, Requirement, dry_run
-from fabric.core.scheduling import Expired, MarkDraining, NodeAssignment, Placed, SchedulerCore
+from fabric.core.placement import PlacementContext, Requirement
+from fabric.core.scheduling import messages as msg
+from fabric.core.scheduling import (
+    CallsReported, Cancelled, Cordoned, DrainRequested, Expired, Instruction, LeaseEnded, LeaseGrant, LeaseRequested,
+    MarkDraining, NodeAssignment, NodeChanged, NodeJoined, NodeLost, OutsidersSeen, Placed, PlacementUnclaimed,
+    PlaceRequested, SchedulerCore, SelectRequested, SetCordoned, SlotsReleased, Stimulus, Tick, Uncordoned, reply,
+)
+from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.core.settings import FabricSettings
+from fabric.rayio.metrics import MetricsSink, RayMetrics
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=100_000)
-class SchedulerActor:
-    def __init__(self, settings: dict | None = None, tick_s: float | None = None) -> None:
+def stimulus_for(change: Any) -> Stimulus | None:
+    """The stimulus a fleet feed change (``FleetChange``) stands for; None for a kind it does not know.
+    It keeps the change's ``stimulus_id`` (what caused it in the registry) and ``cause`` when it has them."""
+    sid = getattr(change, "stimulus_id", None) or new_stimulus_id("feed")
+    cause = getattr(change, "cause", "") or ""
+    if change.kind == "lost":
+        return NodeLost(change.node_id, cause, stimulus_id=sid)
+    if change.kind == "joined":
+        return NodeJoined(change.record, cause, stimulus_id=sid)
+    if change.kind == "changed":
+        return NodeChanged(change.node_id, dict(change.fields), cause, stimulus_id=sid)
+    return None
+
+
+class Scheduler:
+    """The scheduler's actor logic: stimuli in, ``core.handle``, instructions out.
+
+    ``feed`` (default: a ``FleetFeed``) reports fleet changes and writes cordons and drains to the
+    registry; ``metrics`` (default: ``RayMetrics``) takes the exported counters and gauges; ``clock``
+    is the core's time. ``run_loop=False`` starts no sync loop (unit tests call ``_sync``)."""
+
+    def __init__(self, settings: dict | None = None, tick_s: float | None = None, *, feed: Any = None,
+                 metrics: MetricsSink | None = None, clock: Callable[[], float] = time.monotonic,
+                 run_loop: bool = True) -> None:
         self.settings = FabricSettings.load(settings or {})
-        self.core = SchedulerCore(self.settings, clock=time.monotonic)
-        self.feed = FleetFeed(self.settings)
+        self.core = SchedulerCore(self.settings, clock=clock)
+        self.feed = feed if feed is not None else FleetFeed(self.settings)
+        self.metrics_sink: MetricsSink = metrics if metrics is not None else RayMetrics()
         self.tick_s = tick_s if tick_s is not None else min(self.settings.health.monitor_interval_s, 0.5)
         self._waiters: dict[str, asyncio.Future] = {}
+        self._outsiders_sent: dict[str, Any] | None = None
         self._started = time.time()
         self._ready = asyncio.Event()
-        self._loop_task = asyncio.get_event_loop().create_task(self._run())
-        self._metrics = None
+        self._loop_task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
 
     # -- the loop ------------------------------------------------------------------------------------
     async def _run(self) -> None:
         while True:
             try:
-                await self._sync()
-                self._carry_out(self.core.tick())
+                await self._step()
             except Exception as exc:  # keep serving; the next tick retries
                 print(f"[fabric.scheduler] tick failed: {type(exc).__name__}: {exc}")
             self._ready.set()
             await asyncio.sleep(self.tick_s)
 
+    async def _step(self) -> None:
+        """One tick of the loop: follow the feed, then let time pass in the core."""
+        await self._sync()
+        self._handle(Tick())
+
     async def _sync(self) -> None:
+        """One poll of the feed, each change handed to the core as a stimulus."""
         changes = await self.feed.poll()
-        self.core.ray_outsiders(self.feed.outsiders)
+        outsiders = dict(self.feed.outsiders)
+        if outsiders != self._outsiders_sent:
+            self._carry_out(self.core.handle(OutsidersSeen(outsiders)))
+            self._outsiders_sent = outsiders
         for change in changes:
-            if change.kind == "lost":
-                self._carry_out(self.core.node_lost(change.node_id))
-            elif change.kind == "joined":
-                self._carry_out(self.core.node_joined(change.record))
-            elif change.kind == "changed":
-                self._carry_out(self.core.node_changed(change.node_id, **change.fields))
+            stimulus = stimulus_for(change)
+            if stimulus is not None:
+                self._carry_out(self.core.handle(stimulus))
         if changes:
             self._export_gauges()
+        self._ready.set()
 
-    def _carry_out(self, instructions) -> None:
+    def _handle(self, stimulus: Stimulus) -> tuple[list[Instruction], asyncio.Task | None]:
+        out = self.core.handle(stimulus)
+        return out, self._carry_out(out)
+
+    def _carry_out(self, instructions: list[Instruction]) -> asyncio.Task | None:
+        """Wake or fail the waiting callers now; write to the registry in order, in one task
+        (returned, for a caller that answers only once the registry has it)."""
+        writes: list[Instruction] = []
         for ins in instructions:
             if isinstance(ins, Placed):
                 fut = self._waiters.pop(ins.request_id, None)
                 if fut is not None and not fut.done():
                     fut.set_result(ins.assignment)
-                elif ins.assignment.allocation_id is not None:
-                    self.core.release([ins.assignment.allocation_id])  # nobody waits any more
+                else:  # its caller stopped waiting: the core frees the slot
+                    self._carry_out(self.core.handle(PlacementUnclaimed(
+                        ins.request_id, ins.assignment.allocation_id, stimulus_id=ins.stimulus_id)))
             elif isinstance(ins, Expired):
                 fut = self._waiters.pop(ins.request_id, None)
                 if fut is not None and not fut.done():
                     fut.set_exception(ins.error)
-            elif isinstance(ins, MarkDraining):
-                asyncio.get_event_loop().create_task(self.feed.mark_draining(ins.node_id))
+            elif isinstance(ins, (MarkDraining, SetCordoned)):
+                writes.append(ins)
+        if not writes:
+            return None
+        task = asyncio.get_event_loop().create_task(self._write(writes))
+        task.add_done_callback(_log_failure)
+        return task
+
+    async def _write(self, writes: list[Instruction]) -> None:
+        for ins in writes:
+            if isinstance(ins, MarkDraining):
+                await self.feed.mark_draining(ins.node_id, stimulus_id=ins.stimulus_id, reason=ins.reason)
+            elif isinstance(ins, SetCordoned):
+                await self.feed.set_cordoned(ins.node_id, ins.cordoned, stimulus_id=ins.stimulus_id, reason=ins.reason)
+
+    async def _until_ready(self) -> None:
+        if not self._ready.is_set():
+            await self._ready.wait()
 
     # -- placement ------------------------------------------------------------------------------------
     async def place_task(self, req: Requirement, release: list[str] = ()) -> NodeAssignment:
         """Place one call now (reserving a slot), or say it is deferred. ``CapacityError`` for a
         hard requirement that no node serves. ``release``: the caller's idle leases, given back first."""
-        req, release = msg.read_requirement(req), msg.read_ids("release", release)
-        if not self._ready.is_set():
-            await self._ready.wait()
-        for idle in release:
-            self.end_lease(idle)
-        self._count("attempted")
-        return self.core.place(req)
+        req, idle = msg.read_requirement(req), msg.read_ids("release", release)
+        await self._until_ready()
+        self.metrics_sink.count("fabric_placements", tags={"outcome": "attempted"}, description="placement calls")
+        s = PlaceRequested(req, release=idle)
+        out, _ = self._handle(s)
+        return reply(out, s.stimulus_id)
 
     async def wait_for_placement(self, request_id: str, req: Requirement, priority: int = 0,
                                  timeout_s: float | None = None) -> NodeAssignment:
         """Queue a call until a node can take it; ``CapacityError`` at the deadline."""
-        request_id, req, timeout_s = msg.read_id("request_id", request_id), msg.read_requirement(req), msg.read_timeout("timeout_s", timeout_s)
-        if not (isinstance(priority, int) and not isinstance(priority, bool) and abs(priority) <= msg.MAX_COUNT):
-            raise MessageError("priority", "must be an integer", priority)
-        if not self._ready.is_set():
-            await self._ready.wait()
-        a = self.core.place(req, request_id=request_id, queue=True, priority=priority, timeout_s=timeout_s)
+        request_id, req = msg.read_id("request_id", request_id), msg.read_requirement(req)
+        timeout_s, priority = msg.read_timeout("timeout_s", timeout_s), msg.read_priority("priority", priority)
+        await self._until_ready()
+        s = PlaceRequested(req, request_id=request_id, queue=True, priority=priority, timeout_s=timeout_s)
+        out, _ = self._handle(s)
+        a: NodeAssignment = reply(out, s.stimulus_id)
         if a.status == "assigned":
             return a
         fut = asyncio.get_event_loop().create_future()
@@ -108,39 +168,40 @@ class SchedulerActor:
         try:
             return await fut
         except asyncio.CancelledError:
-            self.core.cancel(request_id)
+            self._handle(Cancelled(request_id))
             raise
 
     async def lease(self, lease_id: str, req: Requirement, holding: dict[str, int] | None = None, want: int = 64,
-                    release: list[str] = ()):
+                    release: list[str] = ()) -> LeaseGrant:
         """Grant or renew a client's placement lease for ``req``'s class (the fast path), after giving
         back the client's idle leases (``release``)."""
-        lease_id, req, holding, want, release = msg.read_lease_request(lease_id, req, holding, want, release)
-        if not self._ready.is_set():
-            await self._ready.wait()
-        grant, out = self.core.grant_lease(lease_id, req, holding, want, release)
-        self._carry_out(out)
-        return grant
+        lease_id, req, holding, want, idle = msg.read_lease_request(lease_id, req, holding, want, release)
+        await self._until_ready()
+        s = LeaseRequested(lease_id, req, holding, want, idle)
+        out, _ = self._handle(s)
+        return reply(out, s.stimulus_id)
 
     def end_lease(self, lease_id: str) -> None:
-        self._carry_out(self.core.end_lease(msg.read_id("lease_id", lease_id)))
+        self._handle(LeaseEnded(msg.read_id("lease_id", lease_id)))
 
     def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
-        self.core.report_calls(*msg.read_call_report(placed, fallbacks))
+        placed, fallbacks = msg.read_call_report(placed, fallbacks)
+        self._handle(CallsReported(placed, fallbacks))
 
     def queue_timeout_s(self) -> float:
         return self.settings.queue_timeout_s
 
     def release(self, allocation_ids: list[int]) -> None:
         """Work ended on its node: its slot is free again."""
-        self._carry_out(self.core.release(msg.read_allocations(allocation_ids)))
+        self._handle(SlotsReleased(msg.read_allocations(allocation_ids)))
 
     async def select_worker(self, req: Requirement) -> NodeAssignment:
         """Seed 002's ``select_worker``: where would this go now (no reservation kept)."""
         req = msg.read_requirement(req)
-        if not self._ready.is_set():
-            await self._ready.wait()
-        return self.core.select_worker(req)
+        await self._until_ready()
+        s = SelectRequested(req)
+        out, _ = self._handle(s)
+        return reply(out, s.stimulus_id)
 
     async def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> dict:
         """A dry-run placement against the live fleet, with its trace: the decision, each node's
@@ -148,15 +209,8 @@ class SchedulerActor:
         req = msg.read_requirement(req)
         if ctx is not None and not isinstance(ctx, PlacementContext):
             raise MessageError("ctx", "must be a fabric.core.placement.PlacementContext or None", type(ctx).__name__)
-        if not self._ready.is_set():
-            await self._ready.wait()
-        d = dry_run(self.core.fleet, self.core.check_requirement(req), ctx)
-        names = {r.node_id: r.name for r in self.core.fleet.records()}
-        verdicts = {f"{names.get(k, k)} ({k[:12]})": v for k, v in d.trace.verdicts().items()}
-        survivors = [{"node": names.get(node_id, node_id), "node_id": node_id, "key": list(map(str, key))}
-                     for key, node_id in d.trace.survivors()]
-        return {"decision": {**d.to_dict(), "node_name": d.node_name}, "verdicts": verdicts, "survivors": survivors,
-                "text": d.explain(verbose=verbose)}
+        await self._until_ready()
+        return self.core.explain(req, ctx, verbose=bool(verbose))
 
     # -- operator surface ---------------------------------------------------------------------------------
     def fallback_count(self) -> int:
@@ -167,27 +221,23 @@ class SchedulerActor:
         m["uptime_s"] = round(time.time() - self._started, 3)
         return m
 
+    def stimulus_log(self) -> list[dict[str, Any]]:
+        """The core's last stimuli (kind, id, time), oldest first: what the scheduler reacted to."""
+        return self.core.stimulus_log()
+
     def nodes(self) -> list:
         return self.core.fleet.records()
 
     async def cordon(self, node: str) -> str:
-        node_id = self._resolve(node)
-        self.core.cordon(node_id)
-        await self.feed.set_cordoned(node_id, True)
-        return node_id
+        return await self._operator(Cordoned, node)
 
     async def uncordon(self, node: str) -> str:
-        node_id = self._resolve(node)
-        self._carry_out(self.core.uncordon(node_id))
-        await self.feed.set_cordoned(node_id, False)
-        return node_id
+        return await self._operator(Uncordoned, node)
 
     async def drain(self, node: str, grace_s: float | None = None) -> str:
-        node_id = self._resolve(node)
+        node_id = self.core.resolve_node(msg.read_id("node", node))
         grace_s = msg.read_seconds("grace_s", grace_s, allow_zero=True)
-        await self.feed.set_cordoned(node_id, True)
-        self._carry_out(self.core.drain(node_id, grace_s))
-        return node_id
+        return await self._answered(DrainRequested(node_id, grace_s))
 
     async def sync_now(self) -> int:
         """Refresh the fleet at once (tests and the CLI use it instead of waiting a tick)."""
@@ -198,54 +248,39 @@ class SchedulerActor:
         return "ok"
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
     # -- internals ------------------------------------------------------------------------------------------
-    def _resolve(self, node: str) -> str:
-        node = msg.read_id("node", node)
-        if node in self.core.fleet:
-            return node
-        matches = [r.node_id for r in self.core.fleet.records() if r.name == node]
-        if len(matches) == 1:
-            return matches[0]
-        from fabric.core.errors import NodeNotFoundError
+    async def _operator(self, kind: type, node: str) -> str:
+        return await self._answered(kind(self.core.resolve_node(msg.read_id("node", node))))
 
-        raise NodeNotFoundError(node)
-
-    def _count(self, what: str) -> None:
-        m = self._ray_metrics()
-        if m is not None:
-            m["placements"].inc(tags={"outcome": what})
-
-    def _ray_metrics(self):
-        """Counters exported through ``ray.util.metrics`` (Ray's Prometheus endpoint)."""
-        if self._metrics is None:
-            try:
-                from ray.util.metrics import Counter, Gauge
-
-                self._metrics = {
-                    "placements": Counter("fabric_placements", "placement calls", tag_keys=("outcome",)),
-                    "nodes": Gauge("fabric_nodes", "nodes per compute tier", tag_keys=("tier",)),
-                    "utilization": Gauge("fabric_utilization", "running / slots per compute tier", tag_keys=("tier",)),
-                    "fallbacks": Gauge("fabric_fallbacks", "placements made below their min_tier"),
-                    "queue": Gauge("fabric_queue_depth", "calls waiting for capacity"),
-                }
-            except Exception:  # metrics are best effort
-                self._metrics = {}
-        return self._metrics or None
+    async def _answered(self, s: Any) -> str:
+        """Handle an operator stimulus; answer once the registry has what it wrote."""
+        out, writes = self._handle(s)
+        reply(out, s.stimulus_id)
+        if writes is not None:
+            await writes
+        return s.node_id
 
     def _export_gauges(self) -> None:
-        m = self._ray_metrics()
-        if m is None:
-            return
         snap = self.core.metrics()
+        sink = self.metrics_sink
         for tier, t in snap["tiers"].items():
-            m["nodes"].set(t["nodes"], tags={"tier": tier})
-            m["utilization"].set(t["utilization"], tags={"tier": tier})
-        m["fallbacks"].set(snap["fallbacks"])
-        m["queue"].set(snap["queue_depth"])
+            sink.gauge("fabric_nodes", t["nodes"], tags={"tier": tier}, description="nodes per compute tier")
+            sink.gauge("fabric_utilization", t["utilization"], tags={"tier": tier}, description="running / slots per compute tier")
+        sink.gauge("fabric_fallbacks", snap["fallbacks"], description="placements made below their min_tier")
+        sink.gauge("fabric_queue_depth", snap["queue_depth"], description="calls waiting for capacity")
 
 
-__all__ = ["SchedulerActor", "CapacityError"]
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        exc = task.exception()
+        print(f"[fabric.scheduler] registry write failed: {type(exc).__name__}: {exc}")
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=100_000)
+class SchedulerActor(Scheduler):
+    """``Scheduler`` as the detached, named Ray actor (``fabric.scheduler``)."""
+
+
+__all__ = ["Scheduler", "SchedulerActor", "CapacityError", "stimulus_for"]
