@@ -24,10 +24,10 @@ thin wrappers that build a stimulus and call ``handle``.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
-from fabric.core.errors import CapacityError, FabricError, NodeNotFoundError, RequirementError
+from fabric.core.errors import CapacityError, NodeNotFoundError, RequirementError
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.placement import Decision, FleetView, NodeRecord, PlacementContext, Requirement, dry_run, place
 from fabric.core.settings import FabricSettings
@@ -48,13 +48,6 @@ Clock = Callable[[], float]
 
 STIMULUS_LOG_SIZE = 512
 """Stimuli kept in the core's log (``stimulus_log``), newest last."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedStimulus:
-    kind: str
-    stimulus_id: str
-    at: float
 
 
 def hard_fail(req: Requirement) -> CapacityError:
@@ -83,7 +76,8 @@ class SchedulerCore(LegacyCalls):
             "leases_granted": 0, "leases_expired": 0, "calls_reported": 0, "call_reports": 0,
         }
         self.stimuli_handled = 0
-        self._log: deque[LoggedStimulus] = deque(maxlen=max(1, log_size))
+        self._log: deque[tuple[str, str, float]] = deque(maxlen=max(1, log_size))
+        """(kind, stimulus_id, at) of the last stimuli handled (tuples: the log is on every call's path)."""
         self._handlers: dict[type, Callable[[Any, float], list[Instruction]]] = {
             st.NodeJoined: self._node_joined, st.NodeChanged: self._node_changed, st.NodeLost: self._node_lost,
             st.OutsidersSeen: self._outsiders_seen, st.PlaceRequested: self._place_requested,
@@ -101,13 +95,13 @@ class SchedulerCore(LegacyCalls):
         if handler is None:
             raise TypeError(f"not a scheduler stimulus: {type(stimulus).__name__}")
         now = stimulus.now if isinstance(stimulus, st.Tick) and stimulus.now is not None else self.clock()
-        self._log.append(LoggedStimulus(stimulus.kind, stimulus.stimulus_id, now))
+        self._log.append((stimulus.kind, stimulus.stimulus_id, now))
         self.stimuli_handled += 1
         return handler(stimulus, now)
 
     def stimulus_log(self) -> list[dict[str, Any]]:
         """The last ``STIMULUS_LOG_SIZE`` stimuli handled, oldest first: kind, id and time."""
-        return [{"kind": e.kind, "stimulus_id": e.stimulus_id, "at": e.at} for e in self._log]
+        return [{"kind": kind, "stimulus_id": sid, "at": at} for kind, sid, at in self._log]
 
     def validate_state(self) -> None:
         """Check every invariant of the core; ``InvalidStateError`` lists each one broken."""
@@ -485,4 +479,4 @@ class SchedulerCore(LegacyCalls):
         return True
 
 
-__all__ = ["Clock", "FabricError", "LoggedStimulus", "STIMULUS_LOG_SIZE", "SchedulerCore", "hard_fail"]
+__all__ = ["Clock", "STIMULUS_LOG_SIZE", "SchedulerCore", "hard_fail"]

@@ -18,8 +18,10 @@ TASK = "task"
 """The owner of an allocation the scheduler placed for one call (``NodeAssignment.allocation_id``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
+    """One reservation (treat as immutable: not frozen only because a frozen dataclass is slow to build)."""
+
     allocation: Allocation
     owner: str
     """``TASK`` or the id of the lease it belongs to."""
