@@ -29,6 +29,8 @@ PROFILE_LABEL = f"{LABEL_PREFIX}profile"
 ZONE_LABEL = f"{LABEL_PREFIX}zone"
 POOL_LABEL = f"{LABEL_PREFIX}pool"
 POOL_TIER_LABEL = f"{LABEL_PREFIX}pool-tier"
+RAY_NODE_ID_LABEL = "ray.io/node-id"
+"""The label Ray gives every node: its node id (a selector excludes nodes by it)."""
 K3S_PREFIX = "topology.researchstack.io/"
 """The k3s topology labels a node's capabilities are also published under."""
 

@@ -414,6 +414,6 @@ def test_only_quiet_nodes_are_looked_up_and_dead_ones_forgotten():
 
 def test_restart_backoff_settings_are_checked():
     with pytest.raises(ValueError):
-        ProbeRestarts(initial_backoff_s=0.0)
+        ProbeRestarts(initial_backoff_s=0.0, clock=ManualClock())
     with pytest.raises(ValueError):
-        ProbeRestarts(initial_backoff_s=10.0, max_backoff_s=1.0)
+        ProbeRestarts(initial_backoff_s=10.0, max_backoff_s=1.0, clock=ManualClock())

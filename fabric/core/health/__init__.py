@@ -9,7 +9,7 @@ Modules import one way: clock, nodes, degradation < probes, policy (an import-li
 
 from __future__ import annotations
 
-from fabric.core.health.clock import Clock, ManualClock
+from fabric.core.clock import Clock, ManualClock
 from fabric.core.health.degradation import detect_degradation
 from fabric.core.health.nodes import RayNodeView
 from fabric.core.health.policy import Event, FlapHistory, HealthPolicy, NodeHealth

@@ -25,7 +25,6 @@ The rules (all timings from ``HealthSettings``):
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -38,7 +37,7 @@ from fabric.core.events import (
     NodeLost,
     NodeRecovered,
 )
-from fabric.core.health.clock import Clock
+from fabric.core.clock import Clock
 from fabric.core.health.nodes import RayNodeView
 from fabric.core.lifecycle import NodeStatus, check_transition
 from fabric.core.settings import HealthSettings
@@ -85,7 +84,7 @@ class HealthPolicy:
     """Seed 002's health rules over an injected clock. Every ``observe_*``/``tick`` call returns the
     events it decided, in order; the caller applies their statuses and publishes them."""
 
-    def __init__(self, settings: HealthSettings | None = None, clock: Clock = time.time) -> None:
+    def __init__(self, settings: HealthSettings | None = None, *, clock: Clock) -> None:
         self.settings = settings or HealthSettings()
         self.clock = clock
         self.nodes: dict[str, NodeHealth] = {}

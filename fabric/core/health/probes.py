@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from fabric.core.health.clock import Clock
+from fabric.core.clock import Clock
 
 
 @dataclass
@@ -35,8 +34,8 @@ class ProbeRestarts:
     backoff. Only quiet nodes are looked up: a beating node's probe is alive by definition, so a
     healthy fleet costs no Ray calls."""
 
-    def __init__(self, *, initial_backoff_s: float = 1.0, max_backoff_s: float = 60.0, stable_after_s: float = 60.0,
-                 clock: Clock = time.time) -> None:
+    def __init__(self, *, clock: Clock, initial_backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 stable_after_s: float = 60.0) -> None:
         if not 0 < initial_backoff_s <= max_backoff_s:
             raise ValueError(f"backoff must satisfy 0 < initial ({initial_backoff_s}) <= max ({max_backoff_s})")
         self.initial_backoff_s = initial_backoff_s

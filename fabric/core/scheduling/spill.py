@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.names import TIER_LABEL
+from fabric.core.names import RAY_NODE_ID_LABEL, TIER_LABEL
 from fabric.core.placement import FleetView, NodeRecord, Requirement
 from fabric.core.settings import FabricSettings
 from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
@@ -56,7 +56,7 @@ def spill_target(fleet: FleetView, settings: FabricSettings, outsiders: Mapping[
         return None, None
     selector = {TIER_LABEL: f"in({','.join(t.value for t in allowed)})"}
     if excluded:
-        selector["ray.io/node-id"] = f"!in({','.join(sorted(excluded))})"
+        selector[RAY_NODE_ID_LABEL] = f"!in({','.join(sorted(excluded))})"
     sign = -1 if req.prefer == "highest" else 1  # as the engine's tier component, level by level
 
     def rank(r: NodeRecord) -> tuple[bool, int, str]:

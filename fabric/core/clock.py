@@ -1,5 +1,5 @@
-"""The clock the health rules read, injected: ``time.time`` in production, ``ManualClock`` in
-tests (hours of policy in milliseconds)."""
+"""The clock, injected: the core reads no system clock. Production passes ``time.time`` (or
+``time.monotonic``); tests pass a ``ManualClock`` (hours of policy in milliseconds)."""
 
 from __future__ import annotations
 
