@@ -61,10 +61,10 @@ def reserve_slots(fleet: FleetView, req: Requirement, holding: Mapping[str, int]
         if d.status != "placed" or d.node_id is None:
             break
         cap = fleet.node(d.node_id).slots
-        a = fleet.commit(d)
-        if a is None:  # pragma: no cover - a placed decision always carries its allocation
+        committed = fleet.commit(d)
+        if committed is None:  # pragma: no cover - a placed decision always carries its allocation
             break
-        out.placed.append((a, cap))
+        out.placed.append((committed, cap))
         granted[d.node_id] = granted.get(d.node_id, 0) + 1
         levels.setdefault(d.node_id, d)
     slots = [LeaseSlot(n, running.get(n, 0) + k, levels[n].tier, levels[n].fallback_levels, ray_gpus(n, req))
