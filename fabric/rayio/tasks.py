@@ -1,25 +1,35 @@
 """Ray task options and launch: how one call of an ``@adaptive.remote`` function is put on Ray.
 
 The driver (``fabric.runtime.dispatch``) and the dispatcher actor (``actors.dispatcher``) both
-submit calls through these functions, so a call carries the same options whichever path it takes:
+submit calls through a ``CallPlan``, so a call carries the same options whichever path it takes:
 one ``fabric.slots``, its CPUs, memory and GPUs, a soft pin to its node and a label selector that
 keeps a retry inside its floor.
+
+A plan is built once per function, requirement class, retries and name, and builds each set of
+Ray options once per node (or spill target), the first time a call needs it: a call looks its
+options up and submits; nothing is built per call. Ray's remote functions are built once per
+function (``FunctionRemotes``), shared by every class the function is called with.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any, Callable
 
 import ray
+from ray import cloudpickle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fabric.core import names
 from fabric.core.scheduling import NodeAssignment
 from fabric.core.tiers import TIERS_BEST_FIRST
-from fabric.rayio.worker_calls import wrap_counted, wrap_for_fabric
+from fabric.rayio.worker_calls import wrap_for_fabric, wrap_leased, wrap_spilled
 
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.core.placement import Requirement
+
+#: Spill targets a plan keeps options for (the fleet's state makes new ones as it changes).
+MAX_SPILL_TARGETS = 32
 
 
 def tier_selector(req: "Requirement") -> dict[str, str]:
@@ -42,31 +52,128 @@ def base_options(req: "Requirement", max_retries: int, name: str, gpus: float = 
     return opts
 
 
-def task_options(assignment: NodeAssignment, req: "Requirement", max_retries: int, name: str) -> dict[str, Any]:
-    """Ray options that put one call on its assigned node (see the module docstring)."""
-    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(assignment.node_id, soft=True),
-            "label_selector": tier_selector(req), **base_options(req, max_retries, name, assignment.ray_gpus)}
+def node_options(node_id: str, req: "Requirement", max_retries: int, name: str, gpus: float = 0.0) -> dict[str, Any]:
+    """Ray options for a call on ``node_id``: softly pinned there, a retry kept inside the floor."""
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=True),
+            "label_selector": tier_selector(req), **base_options(req, max_retries, name, gpus)}
 
 
-def remote_for(fn: Callable, cache: dict):
-    """The Ray remote function for ``fn`` (built once per function and process)."""
-    rf = cache.get("remote")
-    if rf is None:
-        rf = cache["remote"] = ray.remote(wrap_for_fabric(fn))
-    return rf
+def spill_options(selector: dict[str, str], via: str | None, req: "Requirement", max_retries: int,
+                  name: str) -> dict[str, Any]:
+    """Ray options for a spilled call: the grant's selector, and a soft affinity to ``via`` that
+    spills when that node is busy (see ``SchedulerCore.spill_target``): Ray queues the calls in
+    this process, its lease requests wait in that node's raylet, and each call runs on whichever
+    node inside the floor frees a slot first."""
+    strategy = {} if via is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(via, soft=True,
+                                                                                             _spill_on_unavailable=True)}
+    return {"label_selector": dict(selector), **strategy, **base_options(req, max_retries, name)}
 
 
-def counted_remote_for(fn: Callable, cache: dict, min_rank: int, name: str):
-    """The Ray remote function for calls of ``fn`` under a lease at ``min_rank`` (built once each)."""
-    key = ("counted", min_rank, name)
-    rf = cache.get(key)
-    if rf is None:
-        rf = cache[key] = ray.remote(wrap_counted(fn, min_rank, name))
-    return rf
+class FunctionRemotes:
+    """The Ray remote functions of one user function, built once each: the placed one (gives its
+    reservation back), one per leased level (at or below ``min_tier``) and one per spilled
+    ``(min_rank, name)``; and the pickled function the dispatcher receives for queued calls."""
+
+    __slots__ = ("fn", "_placed", "_leased", "_spilled", "_blob")
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+        self._placed: Any = None
+        self._leased: dict[bool, Any] = {}
+        self._spilled: dict[tuple[int, str], Any] = {}
+        self._blob: tuple[bytes, str] | None = None
+
+    def placed(self) -> Any:
+        if self._placed is None:
+            self._placed = ray.remote(wrap_for_fabric(self.fn))
+        return self._placed
+
+    def leased(self, fallback: bool) -> Any:
+        rf = self._leased.get(fallback)
+        if rf is None:
+            rf = self._leased[fallback] = ray.remote(wrap_leased(self.fn, fallback))
+        return rf
+
+    def spilled(self, min_rank: int, name: str) -> Any:
+        rf = self._spilled.get((min_rank, name))
+        if rf is None:
+            rf = self._spilled[(min_rank, name)] = ray.remote(wrap_spilled(self.fn, min_rank, name))
+        return rf
+
+    def blob(self) -> tuple[bytes, str]:
+        """The function pickled, and its digest (the dispatcher keeps functions by digest)."""
+        if self._blob is None:
+            blob = cloudpickle.dumps(self.fn)
+            self._blob = (blob, hashlib.sha1(blob).hexdigest())
+        return self._blob
+
+
+class CallPlan:
+    """How calls of one function under one requirement class, retries and name go to Ray: each
+    set of options built once (per leased node and level, per spill target, per placed node)."""
+
+    __slots__ = ("remotes", "req", "max_retries", "name", "_leased", "_spilled", "_placed", "_queued")
+
+    def __init__(self, remotes: FunctionRemotes, req: "Requirement", max_retries: int, name: str) -> None:
+        self.remotes = remotes
+        self.req = req
+        self.max_retries = max_retries
+        self.name = name
+        self._leased: dict[tuple[str, bool, float], Any] = {}
+        self._spilled: dict[tuple[tuple, str | None], Any] = {}
+        self._placed: dict[tuple[str, float], Any] = {}
+        self._queued: tuple[Any, Any] | None = None
+
+    def leased(self, node_id: str, fallback: bool, gpus: float) -> Any:
+        """What a call on a leased slot of ``node_id`` is submitted with (``.remote(*args)``)."""
+        key = (node_id, fallback, gpus)
+        bound = self._leased.get(key)
+        if bound is None:
+            bound = self._leased[key] = self.remotes.leased(fallback).options(
+                **node_options(node_id, self.req, self.max_retries, self.name, gpus))
+        return bound
+
+    def spilled(self, selector: dict[str, str], via: str | None) -> Any:
+        """What a spilled call is submitted with (``.remote(deadline, *args)``)."""
+        key = (tuple(sorted(selector.items())), via)
+        bound = self._spilled.get(key)
+        if bound is None:
+            if len(self._spilled) >= MAX_SPILL_TARGETS:
+                self._spilled.clear()
+            bound = self._spilled[key] = self.remotes.spilled(self.req.min_tier.rank, self.name).options(
+                **spill_options(selector, via, self.req, self.max_retries, self.name))
+        return bound
+
+    def placed(self, node_id: str, gpus: float) -> Any:
+        """What a call the scheduler placed on ``node_id`` is submitted with
+        (``.remote(allocation_id, *args)``)."""
+        key = (node_id, gpus)
+        bound = self._placed.get(key)
+        if bound is None:
+            bound = self._placed[key] = self.remotes.placed().options(
+                **node_options(node_id, self.req, self.max_retries, self.name, gpus))
+        return bound
+
+    def queue(self, dispatcher: Any, request_id: str, args: tuple, kwargs: dict, priority: int,
+              queue_timeout_s: float | None) -> Any:
+        """Hand a call that found no capacity to the dispatcher actor, which waits in the
+        scheduler's deferred queue and runs it (its ObjectRef is the method's result)."""
+        if self._queued is None or self._queued[0] is not dispatcher:
+            self._queued = (dispatcher, dispatcher.run.options(name=f"{self.name} (queued)"))
+        blob, digest = self.remotes.blob()
+        return self._queued[1].remote(request_id, digest, blob, self.req, args, kwargs, priority, queue_timeout_s,
+                                      self.max_retries, self.name)
 
 
 def launch(fn: Callable, cache: dict, assignment: NodeAssignment, req: "Requirement", args: tuple, kwargs: dict,
            max_retries: int, name: str):
-    """Submit one call to its assigned node; returns the task's ObjectRef."""
-    opts = task_options(assignment, req, max_retries, name)
-    return remote_for(fn, cache).options(**opts).remote(assignment.allocation_id, *args, **kwargs)
+    """Submit one call to its assigned node; returns the task's ObjectRef. ``cache``: a dict kept
+    with ``fn`` by the caller, where its plans are built once."""
+    key = (req.class_id, max_retries, name)
+    plan = cache.get(key)
+    if plan is None:
+        remotes = cache.get("remotes")
+        if remotes is None:
+            remotes = cache["remotes"] = FunctionRemotes(fn)
+        plan = cache[key] = CallPlan(remotes, req, max_retries, name)
+    return plan.placed(assignment.node_id, assignment.ray_gpus).remote(assignment.allocation_id, *args, **kwargs)

@@ -2,10 +2,10 @@
 
 - ``wrap_for_fabric``: a call the scheduler placed itself holds a reservation; the worker gives
   it back when the call ends (fire and forget).
-- ``wrap_counted``: a call under a client's lease (a leased slot or spilled) counts itself where
-  it ran, as a fallback when it ran below its ``min_tier``; a daemon thread reports the counts
-  to the scheduler when the worker goes quiet (``SpillCounts``). A spilled call also refuses to
-  start past its queue deadline.
+- ``wrap_leased`` and ``wrap_spilled``: a call under a client's lease (on a leased slot, or
+  spilled) counts itself where it ran, as a fallback when it ran below its ``min_tier``; a daemon
+  thread reports the counts to the scheduler when the worker goes quiet (``SpillCounts``). A
+  spilled call also refuses to start past its queue deadline.
 
 The driver side (leases, routing, submission) is ``fabric.runtime.dispatch``.
 """
@@ -53,31 +53,46 @@ def wrap_for_fabric(fn: Callable) -> Callable:
             if __fabric_meta is not None:
                 _release(__fabric_meta)
 
-    run.__name__ = getattr(fn, "__name__", "adaptive_task")
-    run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
+    _name_like(run, fn)
     return run
 
 
-def wrap_counted(fn: Callable, min_rank: int, name: str) -> Callable:
-    """The function Ray runs for a call under a lease, on a leased slot or spilled: it counts
-    itself where it runs (``SpillCounts``), as a fallback when it ran below ``min_rank``, so each
-    call counts once whichever path it took. ``__fabric_meta`` is ``(deadline, fallback)``:
-    a spilled call (queued by Ray for the floor set) carries its queue deadline and refuses to start
-    past it, and learns its fallback from its node's tier label; a call on a leased slot carries no
-    deadline and the fallback of its slot's level (the engine's, which knows a demoted node)."""
+def wrap_leased(fn: Callable, fallback: bool) -> Callable:
+    """The function Ray runs for a call on a leased slot: it counts itself (``SpillCounts``), as a
+    fallback when its slot sits below its ``min_tier`` (the engine's word, which knows a demoted
+    node), then runs. It takes no argument of its own: every argument Ray serializes costs the
+    driver and the worker (a tuple of two cost ~70 µs each way per call, measured here), and the
+    slot's level is known when the options are built, so each level has its own function."""
 
-    def run(__fabric_meta, *args, **kwargs):
-        deadline, fallback = __fabric_meta
-        now = time.time()
-        if deadline is not None and now > deadline:
-            raise CapacityError(f"{name}: queued past its queue timeout before a node inside its floor took it",
-                                reason="queue timeout")
-        _count_call(min_rank, fallback, now)
+    def run(*args, **kwargs):
+        _count_call(fallback, time.time())
         return fn(*args, **kwargs)
 
+    _name_like(run, fn)
+    return run
+
+
+def wrap_spilled(fn: Callable, min_rank: int, name: str) -> Callable:
+    """The function Ray runs for a spilled call (queued by Ray for the floor set): its one argument
+    of its own is its queue deadline (a float: the cheapest thing Ray serializes); past it the
+    call refuses to start. It counts itself by its node's tier label, as a fallback when that is
+    below ``min_rank``, so each call counts once whichever path it took."""
+
+    def run(__fabric_deadline, *args, **kwargs):
+        now = time.time()
+        if now > __fabric_deadline:
+            raise CapacityError(f"{name}: queued past its queue timeout before a node inside its floor took it",
+                                reason="queue timeout")
+        _count_call(node_rank() < min_rank, now)
+        return fn(*args, **kwargs)
+
+    _name_like(run, fn)
+    return run
+
+
+def _name_like(run: Callable, fn: Callable) -> None:
     run.__name__ = getattr(fn, "__name__", "adaptive_task")
     run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
-    return run
 
 
 class SpillCounts:
@@ -118,18 +133,22 @@ _spill_flusher: threading.Thread | None = None
 _node_rank: int | None = None
 
 
-def _count_call(min_rank: int, fallback: bool | None, now: float) -> None:
-    """Count a call under a lease (``fallback`` given, or, when None, a fallback when this node's
-    tier label is below ``min_rank``); a daemon thread reports the counts to the scheduler (see
+def node_rank() -> int:
+    """The rank of this worker's node's tier (its tier label, read once per process; 0 when it
+    has none)."""
+    global _node_rank
+    if _node_rank is None:
+        try:
+            _node_rank = ComputeTier.parse(ray.get_runtime_context().get_node_labels().get(names.TIER_LABEL, "relay")).rank
+        except Exception:
+            _node_rank = 0
+    return _node_rank
+
+
+def _count_call(fallback: bool, now: float) -> None:
+    """Count a call under a lease; a daemon thread reports the counts to the scheduler (see
     ``SpillCounts``)."""
-    global _spill_flusher, _node_rank
-    if fallback is None:
-        if _node_rank is None:
-            try:
-                _node_rank = ComputeTier.parse(ray.get_runtime_context().get_node_labels().get(names.TIER_LABEL, "relay")).rank
-            except Exception:
-                _node_rank = 0
-        fallback = _node_rank < min_rank
+    global _spill_flusher
     with _worker_lock:
         _spill_counts.count(fallback, now)
         if _spill_flusher is None:

@@ -1,3 +1,4 @@
-"""The driver side: ``@adaptive.remote`` (``client``), dispatch and leases (``dispatch``), and
+"""The driver side: ``@adaptive.remote`` (``client``), the session a process holds with the fabric
+(``session``), dispatch (``dispatch``) and the lease decisions it follows (``leases``), and
 ``up``/``down``/``FabricHandle`` (``control``). Importing this package imports no Ray; its
-modules import Ray when a call needs it."""
+modules import Ray (through ``fabric.rayio``) when a call needs it."""

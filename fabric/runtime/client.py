@@ -24,6 +24,7 @@ from fabric.core.errors import RequirementError
 from fabric.core.placement import Requirement
 from fabric.core.placement.requirement import MAX_NAME, shown
 from fabric.core.settings import FabricSettings
+from fabric.runtime.session import settings_in_force
 
 #: Decorator arguments that build the ``Requirement``.
 _REQUIREMENT_ARGS = frozenset({
@@ -77,20 +78,11 @@ class DispatchOptions:
             raise RequirementError("name", f"must be a non-empty task name of at most {MAX_NAME} characters, got {shown(n)}", n)
 
 
-_settings: FabricSettings | None = None
-
-
-def use_settings(settings: FabricSettings | None) -> None:
-    """Validate decorator arguments against these settings from now on (``fabric.up`` calls this,
-    so operations defined there are known to decorators in the same process)."""
-    global _settings
-    _settings = settings
-
-
 def build_requirement(options: dict[str, Any], settings: FabricSettings | None = None) -> Requirement:
     """The ``Requirement`` for decorator ``options`` (an ``operation`` preset plus overrides),
-    checked against ``settings`` (default: those of ``fabric.up`` in this process, else the defaults)."""
-    settings = settings if settings is not None else _settings
+    checked against ``settings`` (default: those ``fabric.up`` handed to this process's session
+    with the fabric, else the defaults)."""
+    settings = settings if settings is not None else settings_in_force()
     unknown = sorted(set(options) - _ALL_ARGS)
     if unknown:
         raise RequirementError(unknown[0][:MAX_NAME], f"unknown argument; valid arguments: {', '.join(sorted(_ALL_ARGS))}",
@@ -112,6 +104,10 @@ def build_dispatch_options(options: dict[str, Any], base: DispatchOptions | None
     return replace(base, **kw) if base is not None else DispatchOptions(**kw)
 
 
+def _task_name(fn: Callable, dispatch: DispatchOptions) -> str:
+    return dispatch.name or getattr(fn, "__qualname__", getattr(fn, "__name__", "adaptive_task"))
+
+
 class AdaptiveFunction:
     """A function decorated with ``@adaptive.remote``: call ``.remote(...)`` to run it on the fabric."""
 
@@ -122,7 +118,7 @@ class AdaptiveFunction:
         self._options = dict(options)
         self.requirement = build_requirement(self._options, settings)
         self.dispatch = build_dispatch_options(self._options)
-        self._remote_cache: dict = {}
+        self._name = _task_name(fn, self.dispatch)
         functools.update_wrapper(self, fn)
 
     @property
@@ -132,7 +128,7 @@ class AdaptiveFunction:
 
     @property
     def task_name(self) -> str:
-        return self.dispatch.name or getattr(self._fn, "__qualname__", getattr(self._fn, "__name__", "adaptive_task"))
+        return self._name
 
     def options(self, **overrides: Any) -> "AdaptiveFunction":
         """A copy with some arguments replaced (validated now), like Ray's ``.options``."""
@@ -149,15 +145,13 @@ class AdaptiveFunction:
         clone._options = merged
         clone.requirement = build_requirement(merged)
         clone.dispatch = build_dispatch_options(merged)
-        clone._remote_cache = self._remote_cache  # same function: share the exported Ray function
+        clone._name = _task_name(self._fn, clone.dispatch)
         functools.update_wrapper(clone, self._fn)
         return clone
 
     def remote(self, *args: Any, **kwargs: Any):
         """Place the call on the live fleet and run it there; returns a Ray ``ObjectRef``."""
-        from fabric.runtime.dispatch import submit
-
-        return submit(self, args, kwargs)
+        return (_submit or _load_submit())(self._fn, self.requirement, self.dispatch, self._name, args, kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any):
         raise TypeError(
@@ -167,6 +161,18 @@ class AdaptiveFunction:
 
     def __repr__(self) -> str:
         return f"<adaptive function {self.task_name} {self.requirement!r}>"
+
+
+_submit: Callable | None = None
+
+
+def _load_submit() -> Callable:
+    """``fabric.runtime.dispatch.submit``, imported on the first call (it imports Ray)."""
+    global _submit
+    from fabric.runtime.dispatch import submit
+
+    _submit = submit
+    return submit
 
 
 class _Adaptive:

@@ -18,30 +18,21 @@ import time
 from typing import Any, Iterable
 
 from fabric.core.errors import NodeNotFoundError, SettingsConflictError, SettingsError
-from fabric.core.names import (DISPATCHER, HEAD_RESOURCE, HEALTH, NAMESPACE, PROBE_PREFIX, REGISTRY, SCHEDULER,
-                               SETTINGS_KEY, SLOTS_RESOURCE)
+from fabric.core.names import DISPATCHER, HEAD_RESOURCE, HEALTH, NAMESPACE, PROBE_PREFIX, REGISTRY, SCHEDULER, SETTINGS_KEY
 from fabric.core.settings import FabricSettings
+from fabric.runtime import session as sessions
 
 _HEAD = {HEAD_RESOURCE: 0.001}
 
 
-def _ray():
-    import ray
-
-    return ray
-
-
 def _get_actor(name: str) -> Any | None:
-    ray = _ray()
-    try:
-        return ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
-        return None
+    return sessions.driver().get_actor(name)
 
 
-def _options(name: str) -> dict[str, Any]:
-    return dict(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
-                resources=dict(_HEAD), max_restarts=-1, max_task_retries=-1)
+def _start(driver: Any, actor_class: Any, name: str, *args: Any) -> Any:
+    """Get or create one of the fabric's actors: detached, restarted on failure, on the head."""
+    return driver.start_actor(actor_class, name, *args, lifetime="detached", num_cpus=0, resources=dict(_HEAD),
+                              max_restarts=-1, max_task_retries=-1)
 
 
 def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True, timeout_s: float = 60.0) -> "FabricHandle":
@@ -52,48 +43,45 @@ def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True,
     ``settings=None`` brings the fabric up with defaults, or attaches to the running fabric with the
     settings in force. Explicit settings on a fabric already up must equal the ones in force (then
     this is idempotent), else ``SettingsConflictError`` names the differing fields."""
-    ray = _ray()
-    if not ray.is_initialized():
-        ray.init()
+    driver = sessions.driver()
+    driver.init()
     explicit = settings is not None
     settings = FabricSettings.load(settings)
     from actors.health import HealthMonitorActor
     from actors.registry import RegistryActor
 
-    already_up = _get_actor(REGISTRY) is not None
-    registry = RegistryActor.options(**_options(REGISTRY)).remote(settings.store.path)
-    settings = _settings_in_force(registry, settings, explicit=explicit, already_up=already_up, timeout_s=timeout_s)
+    already_up = driver.get_actor(REGISTRY) is not None
+    registry = _start(driver, RegistryActor, REGISTRY, settings.store.path)
+    settings = _settings_in_force(driver, registry, settings, explicit=explicit, already_up=already_up, timeout_s=timeout_s)
     as_dict = settings.model_dump(mode="json")
-    health = HealthMonitorActor.options(**_options(HEALTH)).remote(as_dict)
+    health = _start(driver, HealthMonitorActor, HEALTH, as_dict)
     waits = [registry.ping.remote(), health.ready.remote()]
     if scheduler:
         from actors.dispatcher import DispatcherActor
         from actors.scheduler import SchedulerActor
 
-        SchedulerActor.options(**_options(SCHEDULER)).remote(as_dict)
-        DispatcherActor.options(**_options(DISPATCHER)).remote()
-    ray.get(waits, timeout=timeout_s)
-    from fabric.runtime.client import use_settings
-
-    use_settings(settings)
+        _start(driver, SchedulerActor, SCHEDULER, as_dict)
+        _start(driver, DispatcherActor, DISPATCHER)
+    driver.get(waits, timeout_s)
+    sessions.use_settings(settings, driver)
     return FabricHandle()
 
 
-def _settings_in_force(registry: Any, requested: FabricSettings, *, explicit: bool, already_up: bool, timeout_s: float) -> FabricSettings:
+def _settings_in_force(driver: Any, registry: Any, requested: FabricSettings, *, explicit: bool, already_up: bool,
+                       timeout_s: float) -> FabricSettings:
     """The settings the fabric runs with. On the first ``up`` (no registry before this call) the
     requested ones, stored in the registry's state; on a later one the stored ones, which explicit
     settings must match. A stored value that no longer loads (an older schema) counts as none."""
-    ray = _ray()
     in_force = None
     if already_up:
-        stored = ray.get(registry.get_state.remote(SETTINGS_KEY), timeout=timeout_s)
+        stored = driver.get(registry.get_state.remote(SETTINGS_KEY), timeout_s)
         if stored is not None:
             try:
                 in_force = FabricSettings.load(stored)
             except SettingsError:
                 in_force = None
     if in_force is None:
-        ray.get(registry.put_state.remote(SETTINGS_KEY, requested.model_dump(mode="json")), timeout=timeout_s)
+        driver.get(registry.put_state.remote(SETTINGS_KEY, requested.model_dump(mode="json")), timeout_s)
         return requested
     if explicit:
         differing = in_force.differing_fields(requested)
@@ -103,43 +91,31 @@ def _settings_in_force(registry: Any, requested: FabricSettings, *, explicit: bo
 
 
 def down(timeout_s: float = 30.0) -> list[str]:
-    """Stop the fabric's actors (probes included), not Ray. Returns the names stopped."""
-    ray = _ray()
-    if not ray.is_initialized():
+    """Stop the fabric's actors (probes included), not Ray. Returns the names stopped. This
+    process's session forgets their handles and its leases: a later call finds the fabric anew."""
+    driver = sessions.driver()
+    if not driver.is_initialized():
         return []
-    from ray.util import list_named_actors
-
-    names = [a["name"] for a in list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
+    names = driver.named_actors()
     order = [n for n in (HEALTH, SCHEDULER, DISPATCHER) if n in names]
     order += sorted(n for n in names if n.startswith(PROBE_PREFIX))
     order += [n for n in (REGISTRY,) if n in names]
     stopped = []
     for name in order:
-        handle = _get_actor(name)
+        handle = driver.get_actor(name)
         if handle is not None:
-            ray.kill(handle, no_restart=True)
+            driver.kill(handle)
             stopped.append(name)
+    sessions.session(driver).disconnect()
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(_get_actor(n) is not None for n in stopped):
+    while time.monotonic() < deadline and any(driver.get_actor(n) is not None for n in stopped):
         time.sleep(0.1)
     return stopped
 
 
 def running_calls() -> dict[str, int]:
     """Per alive node id: ``fabric.slots`` in use (total minus available, from Ray's GCS)."""
-    from ray._private import state  # Ray 2.60 has no public per-node *available* view
-
-    try:
-        total = state.total_resources_per_node()
-        available = state.available_resources_per_node()
-    except Exception:  # GCS briefly away: running counts are best effort
-        return {}
-    out = {}
-    for node_id, res in total.items():
-        slots = res.get(SLOTS_RESOURCE, 0.0)
-        if slots:
-            out[node_id] = max(0, int(round(slots - available.get(node_id, {}).get(SLOTS_RESOURCE, 0.0))))
-    return out
+    return sessions.driver().slots_in_use()
 
 
 class FabricHandle:
@@ -155,7 +131,7 @@ class FabricHandle:
         return handle
 
     def _get(self, ref: Any) -> Any:
-        return _ray().get(ref, timeout=self.timeout_s)
+        return sessions.driver().get(ref, self.timeout_s)
 
     # -- the fleet ----------------------------------------------------------------------------------
     def records(self, statuses: Iterable[str] | None = None) -> list[Any]:

@@ -31,7 +31,7 @@ ray = pytest.importorskip("ray")
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from fabric import Requirement, RequirementError, SchedulerUnavailableError, adaptive  # noqa: E402
-import fabric.runtime.dispatch as dispatch  # noqa: E402
+from fabric.runtime import session  # noqa: E402
 from probes.profiles import profile_path  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from fabric.testing.spans import max_overlap  # noqa: E402
@@ -304,7 +304,7 @@ def test_an_unknown_pool_is_an_error_at_the_scheduler(lf, sched):
 # -- callers never hang ---------------------------------------------------------------------------------
 def test_a_scheduler_that_does_not_answer_gives_a_typed_error(lf, names, sched):
     pid = ray.get(sched.pid.remote(), timeout=30)
-    conn = dispatch._conn
+    conn = session.current()
     fresh = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.25)(where)  # no lease yet
     old, conn.answer_timeout_s = conn.answer_timeout_s, 2.0
     os.kill(pid, signal.SIGSTOP)

@@ -3,7 +3,8 @@
 import pytest
 
 from fabric import ComputeTier, FabricSettings, RequirementError, adaptive
-from fabric.runtime.client import AdaptiveFunction, use_settings
+from fabric.runtime import session
+from fabric.runtime.client import AdaptiveFunction
 
 
 def f(x):
@@ -78,11 +79,35 @@ def test_operations_of_the_running_fabric_are_known():
     custom = FabricSettings.load({"operations": {"thumbs": {"min_tier": "gpu_apu", "floor": "cpu_ffmpeg"}}})
     with pytest.raises(RequirementError):
         adaptive.remote(operation="thumbs")
-    use_settings(custom)
+    session.use_settings(custom, driver=OneSession())  # what fabric.up does once the fabric is up
     try:
         assert adaptive.remote(operation="thumbs")(f).requirement.floor is ComputeTier.CPU_FFMPEG
     finally:
-        use_settings(None)
+        session.end()
+
+
+class OneSession:
+    """A driver seam whose Ray session never changes."""
+
+    key = object()
+
+    def session_key(self):
+        return self.key
+
+
+def test_settings_in_force_belong_to_the_ray_session_they_were_handed_to():
+    custom = FabricSettings.load({"operations": {"thumbs": {"min_tier": "gpu_apu", "floor": "cpu_ffmpeg"}}})
+    driver = OneSession()
+    session.use_settings(custom, driver=driver)
+    try:
+        assert session.settings_in_force() is custom
+        driver.key = object()  # ray.shutdown() and a new ray.init(): another cluster, another fabric
+        assert session.settings_in_force() is None
+        with pytest.raises(RequirementError):
+            adaptive.remote(operation="thumbs")
+        assert session.session(driver).settings is None  # the new Ray session gets a fresh session
+    finally:
+        session.end()
 
 
 @pytest.mark.parametrize("kwargs, field", [

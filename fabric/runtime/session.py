@@ -1,0 +1,165 @@
+"""The driver's session with the fabric: one object for everything a process holds while it is
+connected to one Ray session.
+
+``Session`` holds the settings in force (``fabric.up`` hands them over, and decorators check
+their arguments against them), the scheduler's and dispatcher's handles, the leases, and the Ray
+options of every function called (``fabric.rayio.tasks.CallPlan``, built once each). It is keyed
+to the Ray session: after ``ray.shutdown()`` and a new ``ray.init()`` (another cluster, say) the
+next call finds a fresh session, and nothing of the old one's handles or leases is used again.
+
+Every Ray call a session makes goes through its driver seam (``fabric.rayio.driver.RayDriver``;
+a fake in unit tests). Importing this module imports no Ray: the seam is imported the first time
+a session needs one.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any, Callable
+
+from fabric.core.errors import SchedulerUnavailableError
+from fabric.core.names import DISPATCHER, SCHEDULER
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fabric.core.settings import FabricSettings
+    from fabric.rayio.tasks import CallPlan, FunctionRemotes
+
+ANSWER_TIMEOUT_S = 10.0
+"""How long a caller waits for the scheduler's answer (a lease, a placement) before
+``SchedulerUnavailableError``. It answers in milliseconds; a restart takes a second or two."""
+
+
+class Session:
+    """This process's connection to the fabric on one Ray session (see the module docstring)."""
+
+    def __init__(self, driver: Any, key: object | None, settings: "FabricSettings | None" = None) -> None:
+        self.driver = driver
+        """The Ray seam (``RayDriver``, or a fake)."""
+        self.key = key
+        """The Ray session this one belongs to (``driver.session_key()`` when it was made)."""
+        self.settings = settings
+        """The fabric's settings in force, once ``fabric.up`` handed them over (None: the defaults)."""
+        self.scheduler: Any = None
+        self.dispatcher: Any = None
+        self.leases: dict[tuple, Any] = {}
+        """Per function, requirement class, retries and name: its lease (``fabric.runtime.dispatch.Lease``)."""
+        self.plans: dict[tuple, "CallPlan"] = {}
+        """The same keys: how those calls go to Ray, options built once each."""
+        self.remotes: dict[Callable, "FunctionRemotes"] = {}
+        """Per function: its Ray remote functions, shared by every class it is called with. Like
+        Ray's own function table, the session keeps every function it ran."""
+        self.client_id = uuid.uuid4().hex[:12]
+        self.queue_timeout_s = 300.0
+        """The scheduler's default queue timeout (asked when connecting)."""
+        self.answer_timeout_s = ANSWER_TIMEOUT_S
+        self.lock = threading.Lock()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the fabric's actors have been looked up (and the Ray session is this one's)."""
+        return self.scheduler is not None and self.key is self.driver.session_key()
+
+    def connect(self) -> "Session":
+        """Look up the scheduler and dispatcher, bringing the fabric up with defaults when it is not
+        up (API.md: "``.remote()`` brings the fabric up with defaults if it is not up"), and ask the
+        scheduler's queue timeout: ``SchedulerUnavailableError`` when it does not answer."""
+        from fabric.rayio.driver import AnswerTimeout
+
+        with self.lock:
+            if self.scheduler is not None:
+                return self
+            d = self.driver
+            sched, disp = d.get_actor(SCHEDULER), d.get_actor(DISPATCHER)
+            if sched is None or disp is None:
+                from fabric.runtime.control import up
+
+                up()
+                sched, disp = d.get_actor(SCHEDULER), d.get_actor(DISPATCHER)
+                if sched is None or disp is None:
+                    raise SchedulerUnavailableError("the fabric's scheduler and dispatcher did not come up",
+                                                    what="connect")
+            try:
+                self.queue_timeout_s = float(d.answer(sched.queue_timeout_s.remote(), self.answer_timeout_s))
+            except AnswerTimeout:
+                raise SchedulerUnavailableError(
+                    f"the fabric's scheduler did not answer within {self.answer_timeout_s:g} s "
+                    "(is the scheduler actor alive? see `fabric status`)", waited_s=self.answer_timeout_s,
+                    what="connect") from None
+            self.dispatcher = disp
+            self.leases = {}
+            self.scheduler = sched
+        return self
+
+    def disconnect(self) -> None:
+        """Forget the actors' handles and the leases (``fabric.down`` stopped the actors): the next
+        call looks the actors up again, or brings the fabric up anew."""
+        with self.lock:
+            self.scheduler = self.dispatcher = None
+            self.leases = {}
+
+
+_current: Session | None = None
+_lock = threading.RLock()  # re-entered: connecting may bring the fabric up, which hands over its settings
+
+
+def _new_driver() -> Any:
+    from fabric.rayio.driver import RayDriver
+
+    return RayDriver()
+
+
+def session(driver: Any = None) -> Session:
+    """This process's session for its Ray connection as it is now (a fresh one when the Ray
+    session changed, or none was made yet); it may not be connected to the fabric's actors."""
+    global _current
+    with _lock:
+        s = _current
+        d = driver if driver is not None else (s.driver if s is not None else _new_driver())
+        key = d.session_key()
+        if s is None or s.driver is not d or s.key is not key:
+            s = _current = Session(d, key)
+        return s
+
+
+def current() -> Session:
+    """The connected session (connecting to Ray the way ``ray.init()`` does, and to the fabric's
+    actors, when needed). Every ``.remote()`` call starts here, so the connected case is quick."""
+    s = _current
+    if s is not None and s.scheduler is not None and s.key is s.driver.session_key():
+        return s
+    with _lock:
+        d = _current.driver if _current is not None else _new_driver()
+        d.init()
+        return session(d).connect()
+
+
+def use_settings(settings: "FabricSettings | None", driver: Any = None) -> Session:
+    """Make ``settings`` the ones in force for this Ray session (``fabric.up`` calls this, so
+    operations defined there are known to decorators in the same process)."""
+    with _lock:
+        s = session(driver)
+        s.settings = settings
+        return s
+
+
+def settings_in_force() -> "FabricSettings | None":
+    """The settings ``fabric.up`` handed to this Ray session's session, if any (None: the
+    defaults). Imports nothing: with no session there are none."""
+    s = _current
+    if s is None or s.settings is None or s.key is not s.driver.session_key():
+        return None
+    return s.settings
+
+
+def driver() -> Any:
+    """The Ray seam the current session uses (a new ``RayDriver`` when there is no session)."""
+    s = _current
+    return s.driver if s is not None else _new_driver()
+
+
+def end() -> None:
+    """Forget the current session (tests that made one with a fake driver call this)."""
+    global _current
+    with _lock:
+        _current = None

@@ -1,0 +1,233 @@
+"""The driver's session (``fabric.runtime.session``) and the values ``submit`` takes, over a fake
+driver seam: one session per Ray session, its handles found once, its leases and Ray options
+built once per function, class and node, and each function's calls running that function."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fabric import SchedulerUnavailableError, adaptive
+from fabric.core.names import DISPATCHER, HEALTH, REGISTRY, SCHEDULER, probe_actor_name
+from fabric.core.scheduling import LeaseGrant, LeaseSlot
+from fabric.rayio.driver import AnswerTimeout
+from fabric.runtime import control, dispatch, session
+
+ROOT = Path(__file__).resolve().parents[2]
+A, B = "aa" * 28, "bb" * 28
+SELECTOR = {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"}
+
+
+class Ref:
+    def __init__(self, value=None, done=True) -> None:
+        self.value, self.done, self.callbacks = value, done, []
+
+    def _on_completed(self, callback) -> None:
+        self.callbacks.append(callback)
+        if self.done:
+            callback(self.value)
+
+
+class Method:
+    def __init__(self, answer) -> None:
+        self.answer, self.calls = answer, []
+
+    def remote(self, *args):
+        self.calls.append(args)
+        return Ref(self.answer(*args) if callable(self.answer) else self.answer)
+
+
+class FakeScheduler:
+    def __init__(self, grant: LeaseGrant | None = None, answers: bool = True) -> None:
+        self.answers = answers
+        self.queue_timeout_s = Method(120.0)
+        self.lease = Method(lambda lease_id, *rest: grant or LeaseGrant(lease_id, (LeaseSlot(A, 1),), SELECTOR, 1.0,
+                                                                                            spill_via=B))
+
+
+class FakeDriver:
+    """The driver seam over a pretend Ray session with the fabric's actors up."""
+
+    def __init__(self, scheduler: FakeScheduler | None = None) -> None:
+        self.key = object()
+        self.actors = {SCHEDULER: scheduler or FakeScheduler(), DISPATCHER: object(), HEALTH: object(),
+                       REGISTRY: object(), probe_actor_name(A): object()}
+        self.killed: list[str] = []
+
+    def session_key(self):
+        return self.key
+
+    def init(self) -> None:
+        pass
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_actor(self, name):
+        return self.actors.get(name)
+
+    def named_actors(self):
+        return list(self.actors)
+
+    def kill(self, handle) -> None:
+        name = next(n for n, h in self.actors.items() if h is handle)
+        self.killed.append(name)
+        del self.actors[name]
+
+    def answer(self, ref, timeout_s):
+        if not self.actors[SCHEDULER].answers:
+            raise AnswerTimeout(timeout_s)
+        return ref.value
+
+    def when_done(self, ref, callback) -> None:
+        ref._on_completed(callback)
+
+    def all_finished(self, refs) -> bool:
+        return all(r.done for r in refs)
+
+
+class Bound:
+    """A Ray remote function with options: records what it was built with and what it ran."""
+
+    def __init__(self, fn, kind: str, options: dict | None = None) -> None:
+        self.fn, self.kind, self.options_given, self.ran = fn, kind, options, []
+
+    def options(self, **options):
+        return Bound(self.fn, self.kind, options)
+
+    def remote(self, *args, **kwargs):
+        self.ran.append(args)
+        ref = Ref(done=False)
+        ref.ran = (self.fn, self.kind, args)
+        return ref
+
+
+class FakeRemotes:
+    """``FunctionRemotes`` for one function, counting the option sets built."""
+
+    built: list[tuple] = []
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def _bound(self, kind: str):
+        owner = self
+
+        class Counting(Bound):
+            def options(self, **options):
+                owner.built.append((owner.fn, kind, options.get("scheduling_strategy")))
+                return Bound(self.fn, kind, options)
+
+        return Counting(self.fn, kind)
+
+    def leased(self, fallback):
+        return self._bound(f"leased:{fallback}")
+
+    def spilled(self, min_rank, name):
+        return self._bound("spilled")
+
+    def placed(self):
+        return self._bound("placed")
+
+
+@pytest.fixture
+def fake():
+    driver = FakeDriver()
+    s = session.session(driver)
+    FakeRemotes.built = []
+    yield driver, s
+    session.end()
+
+
+def connected(driver, s):
+    s.connect()
+    return s
+
+
+def call(s, af, *args):
+    s.remotes.setdefault(af.function, FakeRemotes(af.function))
+    return dispatch.submit(af.function, af.requirement, af.dispatch, af.task_name, args, {}, s)
+
+
+def test_a_session_finds_the_actors_once_and_asks_the_queue_timeout(fake):
+    driver, s = fake
+    assert not s.connected
+    s.connect()
+    assert s.connected and s.scheduler is driver.actors[SCHEDULER] and s.dispatcher is driver.actors[DISPATCHER]
+    assert s.queue_timeout_s == 120.0 and len(driver.actors[SCHEDULER].queue_timeout_s.calls) == 1
+    s.connect()
+    assert len(driver.actors[SCHEDULER].queue_timeout_s.calls) == 1  # connected: nothing asked again
+
+
+def test_a_scheduler_that_does_not_answer_when_connecting_is_a_typed_error(fake):
+    driver, s = fake
+    driver.actors[SCHEDULER].answers = False
+    with pytest.raises(SchedulerUnavailableError) as exc:
+        s.connect()
+    assert exc.value.what == "connect" and s.scheduler is None
+
+
+def test_a_new_ray_session_gets_a_fresh_session_with_nothing_of_the_old_one(fake):
+    driver, s = fake
+    connected(driver, s)
+    call(s, adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: x), 1)
+    assert s.leases and s.plans
+    driver.key = object()  # ray.shutdown() and a new ray.init()
+    assert not s.connected
+    fresh = session.session(driver)
+    assert fresh is not s and not fresh.leases and not fresh.plans and fresh.scheduler is None
+    assert session.session(driver) is fresh  # the same Ray session: the same session
+
+
+def test_ray_options_are_built_once_per_function_class_and_node(fake):
+    driver, s = fake
+    connected(driver, s)
+    af = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: x)
+    refs = [call(s, af, i) for i in range(50)]
+    kinds = [r.ran[1] for r in refs]
+    assert kinds[0] == "leased:False" and set(kinds[1:]) == {"spilled"}  # one slot on A, then Ray's queue
+    assert [r.ran[2] for r in refs[:2]] == [(0,), (refs[1].ran[2][0], 1)]  # a spilled call's one own argument: its deadline
+    assert isinstance(refs[1].ran[2][0], float)
+    assert len(FakeRemotes.built) == 2  # A's options and the spill's, for fifty calls
+    strategies = {b[1]: b[2] for b in FakeRemotes.built}
+    assert (strategies["leased:False"].node_id, strategies["leased:False"].soft) == (A, True)
+    assert (strategies["spilled"].node_id, strategies["spilled"]._spill_on_unavailable) == (B, True)
+    lease = next(iter(s.leases.values()))
+    lease.take(LeaseGrant(lease.state.lease_id, (LeaseSlot(A, 1),), dict(SELECTOR), 1.0, spill_via=B))  # next tick's grant
+    assert len(FakeRemotes.built) == 2  # the same nodes and spill: nothing built again
+    lease.take(LeaseGrant(lease.state.lease_id, (LeaseSlot(A, 1), LeaseSlot(B, 1, fallback_levels=1)), dict(SELECTOR), 1.0,
+                          spill_via=B))
+    assert len(FakeRemotes.built) == 3 and FakeRemotes.built[-1][1] == "leased:True"  # a new node: its options, once
+
+
+def test_two_functions_of_one_name_and_class_each_run_their_own_code(fake):
+    # The lease key was (class, retries, name): two lambdas of one class shared a lease, and the
+    # second one's calls were submitted with the first one's Ray function.
+    driver, s = fake
+    connected(driver, s)
+    first = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: ("first", x))
+    second = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: ("second", x))
+    assert first.task_name == second.task_name and first.requirement == second.requirement
+    for i in range(3):
+        assert call(s, first, i).ran[0] is first.function
+        assert call(s, second, i).ran[0] is second.function
+
+
+def test_down_stops_the_actors_in_order_and_the_session_forgets_them(fake):
+    driver, s = fake
+    connected(driver, s)
+    call(s, adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: x), 1)
+    stopped = control.down(timeout_s=1.0)
+    assert stopped == driver.killed == [HEALTH, SCHEDULER, DISPATCHER, probe_actor_name(A), REGISTRY]
+    assert s.scheduler is None and not s.leases  # the next call finds the fabric anew
+
+
+def test_importing_the_driver_side_and_decorating_import_no_ray():
+    code = ("import sys, fabric.runtime.client, fabric.runtime.session, fabric.runtime.leases\n"
+            "from fabric import adaptive\n"
+            "adaptive.remote(min_tier='gpu_apu')(lambda x: x)\n"
+            "assert 'ray' not in sys.modules, 'ray imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
