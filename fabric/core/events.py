@@ -2,6 +2,8 @@
 
 Seed 002 § 4 names four triggers (node added, lost, degraded, burst); the fabric adds the two
 that its drain grace and flap damping imply (flap-held, collected) and the way back (recovered).
+The operator's changes (cordon, uncordon, drain) are events too, so that every status change
+reaches the registry through one writer (``Registry.apply``) with a cause and a stimulus id.
 Each event is a small frozen pydantic model carrying the node it is about and a ``stimulus_id``
 naming what caused it (Dask's habit), so a subscriber can log, dedupe and replay them. Pure: no
 Ray, no I/O.
@@ -88,24 +90,75 @@ class NodeCollected(_Event):
     lost_for_s: float
 
 
+class NodeCordoned(_Event):
+    """An operator (or the scheduler, starting a drain) cordoned the node: no new placements;
+    running work is left alone. The status does not change."""
+
+    kind: Literal["node_cordoned"] = "node_cordoned"
+    reason: str = "operator cordon"
+
+
+class NodeUncordoned(_Event):
+    """The node takes work again. An uncordon withdraws an operator drain (seed 000): a
+    ``draining`` node is ``active`` again, and one that comes back from ``offline`` later returns
+    to ``active``, not ``draining``."""
+
+    kind: Literal["node_uncordoned"] = "node_uncordoned"
+    reason: str = "operator uncordon"
+
+
+class NodeDrainRequested(_Event):
+    """An operator drain, or the scheduler marking a node whose drain finished: the node is
+    ``draining`` and cordoned, and the drain holds across a partition (only an uncordon withdraws it)."""
+
+    kind: Literal["node_drain_requested"] = "node_drain_requested"
+    status: NodeStatus | None = NodeStatus.DRAINING
+    reason: str = "operator drain"
+
+
 FleetEvent = Annotated[
-    Union[NodeAdded, NodeLost, NodeRecovered, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeCollected],
+    Union[NodeAdded, NodeLost, NodeRecovered, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeCollected,
+          NodeCordoned, NodeUncordoned, NodeDrainRequested],
     Field(discriminator="kind"),
 ]
 """Any fleet event; ``parse_event`` reads one from its dict form."""
 
-EVENT_TYPES = (NodeAdded, NodeLost, NodeRecovered, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeCollected)
+EVENT_TYPES = (NodeAdded, NodeLost, NodeRecovered, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeCollected,
+               NodeCordoned, NodeUncordoned, NodeDrainRequested)
 """Every fleet event class, for ``isinstance`` checks at a boundary (``fabric.core.messages``)."""
+
+OPERATOR_EVENTS = (NodeCordoned, NodeUncordoned, NodeDrainRequested)
+"""The events an operator's change makes (the registry's ``set_cordoned`` and ``mark_draining``)."""
 
 _ADAPTER: TypeAdapter = TypeAdapter(FleetEvent)
 
 
-def parse_event(data: dict) -> "NodeAdded | NodeLost | NodeRecovered | NodeDegraded | NodeFlapHeld | NodeFlapReleased | NodeCollected":
+def parse_event(data: dict) -> "_Event":
     """The event ``data`` (``event.model_dump()``) describes."""
     return _ADAPTER.validate_python(data)
 
 
+def event_cause(event: "_Event") -> str:
+    """Why ``event`` changed a record, in a few words: its ``reason`` when it has one, else what it
+    says (a flap hold and until when, a degradation, a collection)."""
+    reason = getattr(event, "reason", "")
+    if reason:
+        return str(reason)
+    if isinstance(event, NodeFlapHeld):
+        return f"flap hold until {event.until:.0f} ({event.toggles} toggles)"
+    if isinstance(event, NodeFlapReleased):
+        return "flap hold ended"
+    if isinstance(event, NodeDegraded):
+        return "degraded: " + "; ".join(event.reasons)
+    if isinstance(event, NodeCollected):
+        return f"collected after {event.lost_for_s:.0f} s offline"
+    if isinstance(event, NodeAdded):
+        return "seen alive in Ray's node table"
+    return event.kind.replace("_", " ")
+
+
 __all__ = [
     "EVENT_TYPES", "FleetEvent", "NodeAdded", "NodeLost", "NodeRecovered", "NodeDegraded", "NodeFlapHeld",
-    "NodeFlapReleased", "NodeCollected", "parse_event",
+    "NodeFlapReleased", "NodeCollected", "NodeCordoned", "NodeUncordoned", "NodeDrainRequested", "OPERATOR_EVENTS",
+    "event_cause", "parse_event",
 ]

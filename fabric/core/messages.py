@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.errors import RegistrationError
-from fabric.core.events import EVENT_TYPES, FleetEvent, NodeCollected, NodeFlapHeld
+from fabric.core.events import EVENT_TYPES, FleetEvent, NodeCollected, NodeCordoned, NodeDrainRequested, NodeFlapHeld, NodeUncordoned
 from fabric.core.records import Utilization
 
 NODE_ID_PATTERN = r"^[0-9a-f]{56}$"
@@ -313,6 +313,10 @@ def read_events(events: Any, now: float) -> list[Any]:
                           f"a hold until {event.until} ends more than {MAX_HOLD_S:.0f} s from now")
         if isinstance(event, NodeCollected) and event.status is not None and event.status.value != "dead":
             raise _refuse("fleet event", event.node_id, f"{where}.status", "a collected node is dead")
+        if isinstance(event, (NodeCordoned, NodeUncordoned)) and event.status is not None:
+            raise _refuse("fleet event", event.node_id, f"{where}.status", "a cordon or an uncordon sets no status (an uncordon ends a drain)")
+        if isinstance(event, NodeDrainRequested) and event.status is not None and event.status.value != "draining":
+            raise _refuse("fleet event", event.node_id, f"{where}.status", "a drained node is draining")
         out.append(event)
     return out
 
