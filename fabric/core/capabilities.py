@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from enum import Enum
+from functools import cached_property
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
@@ -202,11 +203,24 @@ class NodeCapabilities(_Model):
         return roles
 
     # -- derived ------------------------------------------------------------------------
+    @cached_property
+    def _derived(self) -> tuple[tuple[ComputeTier, ...], frozenset[str]]:
+        """``tiers`` and ``capability_tags``, derived once per instance (the model is frozen; a
+        placement record and the scheduler's feed rebuild records of the same capabilities often)."""
+        tiers = classify(self)
+        return tiers, self._tags(tiers)
+
+    def model_copy(self, *, update=None, deep: bool = False):
+        """A copy; its derived values are derived again (an ``update`` may change them)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("_derived", None)
+        return copied
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def tiers(self) -> tuple[ComputeTier, ...]:
         """Every tier this node serves, best first."""
-        return classify(self)
+        return self._derived[0]
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -218,6 +232,9 @@ class NodeCapabilities(_Model):
     def capability_tags(self) -> frozenset[str]:
         """Flat tags that requirements name: ``arch:aarch64``, ``ffmpeg:h264_vaapi``, ``gpu:nvidia``,
         ``encode:hevc``, ``tier:gpu_apu``, ``role:relay``, ``framebuffer``, ``tailnet``."""
+        return self._derived[1]
+
+    def _tags(self, tiers: tuple[ComputeTier, ...]) -> frozenset[str]:
         tags = {f"arch:{self.arch}"}
         tags.update(f"ffmpeg:{e}" for e in self.ffmpeg.working)
         for g in self.gpus:
@@ -229,7 +246,7 @@ class NodeCapabilities(_Model):
                 tags.add("cuda")
             if any(_is_encode_entrypoint(ep) for eps in g.vaapi_profiles.values() for ep in eps):
                 tags.add("vaapi-encode")
-        tags.update(f"tier:{t.value}" for t in self.tiers)
+        tags.update(f"tier:{t.value}" for t in tiers)
         tags.update(f"role:{r}" for r in self.roles)
         if self.framebuffer is not None:
             tags.add("framebuffer")
