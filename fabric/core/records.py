@@ -1,12 +1,21 @@
-"""The registry's record of a node, and a node's load: pure pydantic models, no I/O.
+"""The registry's record of a node, a node's load, and the registry's change feed: pure, no I/O.
 
-``fabric.store`` keeps them in SQLite; the registry, the health monitor and the scheduler's feed
-read and write them; the wire messages (``fabric.core.messages``) validate against them.
+``fabric.store`` keeps the records in SQLite; the registry, the health monitor and the scheduler's
+feed read and write them; the wire messages (``fabric.core.messages``) validate against them.
+
+The change feed (``ChangePage``, ``RecordChange``, ``FeedSnapshot``) is how a follower (the
+scheduler's ``FleetFeed``) keeps a copy of the records without listing them all: every write that
+changes a record gets the next sequence number of the registry's incarnation (its ``epoch``), and a
+follower asks for what changed after the last number it saw. Most changes touch only a record's
+live fields (``LIVE_FIELDS``: status, load, holds, cordon), so those travel alone; the whole
+record travels when the node is new to the follower or its capabilities or labels changed.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -84,15 +93,16 @@ class RegistryRecord(_Model):
         from fabric.core.placement import NodeRecord
 
         labels = self.labels
-        return NodeRecord(
+        return NodeRecord(  # tier None: the tier the capabilities serve
             node_id=self.node_id, name=self.name, capabilities=self.capabilities, status=self.status,
-            tier=self.capabilities.tier, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
+            tier=None, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
             cordoned=self.cordoned, flap_held=self.flap_held(now), max_concurrent_tasks=max_concurrent_tasks,
             zone=labels.get(ZONE_LABEL), pool=labels.get(POOL_LABEL), pool_tier=labels.get(POOL_TIER_LABEL),
             label_tier=_label_tier(labels.get(TIER_LABEL)),
         )
 
 
+@lru_cache(maxsize=64)
 def _label_tier(value: str | None) -> Any:
     """The compute tier a ``fabric.io/tier`` label names, or None (no label, or not a tier)."""
     from fabric.core.tiers import ComputeTier
@@ -103,3 +113,107 @@ def _label_tier(value: str | None) -> Any:
         return ComputeTier.parse(value)
     except ValueError:
         return None
+
+
+# -- the change feed ---------------------------------------------------------------------------------
+LIVE_FIELDS = ("status", "status_since", "last_seen", "utilization", "degraded", "held_until", "cordoned", "drained")
+"""The fields of a ``RegistryRecord`` that change while a node lives (heartbeats, health, operator).
+The others (``node_id``, ``name``, ``capabilities``, ``labels``, ``registered_at``, ``profile``)
+change only when a node registers or re-probes."""
+
+CHANGE_KINDS = ("record", "update", "collected", "seen")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordChange:
+    """What one node's record is now, in a page of the registry's change feed.
+
+    ``kind``: ``record`` (``record`` is the whole record: new to the follower, or its capabilities
+    or labels changed), ``update`` (``live`` holds the values of ``LIVE_FIELDS``; the rest is what
+    the follower already holds), ``collected`` (a tombstone: the record went to the collected
+    trail, dead) or ``seen`` (Ray runs a fabric raylet the registry holds no record of yet; its
+    probe has not registered). ``cause`` and ``stimulus_id`` say why it changed."""
+
+    node_id: str
+    seq: int
+    """The sequence number of the newest change to this node the page includes."""
+    kind: str
+    cause: str = ""
+    """Why, in words: ``registered``, ``missed heartbeats for 3.2 s``, ``operator drain``..."""
+    stimulus_id: str | None = None
+    """The id of the event that caused it (None for what a probe sent: a registration, a heartbeat)."""
+    record: RegistryRecord | None = None
+    live: Mapping[str, Any] | None = None
+
+    def __reduce__(self) -> Any:
+        # Pages are hot: a change crosses the actor boundary as plain values (a pickler handles
+        # those natively, where each enum or model would cost it a Python call), not through
+        # the slots dataclass's generic state.
+        return (_unpack_change, (self.node_id, self.seq, self.kind, self.cause, self.stimulus_id, self.record,
+                                 None if self.live is None else _pack_live(self.live)))
+
+    def applied_to(self, base: RegistryRecord | None) -> RegistryRecord | None:
+        """The record this change leaves, given the one the follower held (None: collected, or a
+        raylet without a record). ``KeyError`` for an ``update`` to a record the follower lacks."""
+        if self.kind == "record":
+            return self.record
+        if self.kind == "update":
+            if base is None:
+                raise KeyError(self.node_id)
+            return base.model_copy(update=dict(self.live or {}))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePage:
+    """The registry's answer to "what changed after ``since``": ``changes`` (one per node, oldest
+    first) and the sequence number to ask from next (``seq``), or ``changes=None``: resync (the
+    number is from another incarnation of the registry, or older than what it keeps)."""
+
+    epoch: str
+    seq: int
+    changes: tuple[RecordChange, ...] | None
+
+    def __reduce__(self) -> Any:
+        return (ChangePage, (self.epoch, self.seq, self.changes))
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSnapshot:
+    """Every record the registry holds, as of sequence number ``seq`` of incarnation ``epoch``:
+    what a follower starts (or resyncs) from."""
+
+    epoch: str
+    seq: int
+    records: tuple[RegistryRecord, ...]
+
+    def __reduce__(self) -> Any:
+        return (FeedSnapshot, (self.epoch, self.seq, self.records))
+
+
+def live_fields(record: RegistryRecord) -> dict[str, Any]:
+    """The values of ``LIVE_FIELDS`` in ``record``."""
+    return {f: getattr(record, f) for f in LIVE_FIELDS}
+
+
+def _pack_live(live: Mapping[str, Any]) -> tuple:
+    u = live["utilization"]
+    return (NodeStatus(live["status"]).value, live["status_since"], live["last_seen"],
+            (u.cpu_percent, u.memory_percent,
+             tuple((g.index, g.gpu_percent, g.memory_used_mib, g.memory_total_mib, g.encoder_percent) for g in u.gpus)),
+            tuple(live["degraded"]), live["held_until"], live["cordoned"], live["drained"])
+
+
+def _unpack_change(node_id: str, seq: int, kind: str, cause: str, stimulus_id: str | None, record: RegistryRecord | None,
+                   packed: tuple | None) -> RecordChange:
+    live = None
+    if packed is not None:
+        status, since, last_seen, (cpu, memory, gpus), degraded, held_until, cordoned, drained = packed
+        # Values a validated record held: rebuilt without validating again.
+        util = Utilization.model_construct(
+            cpu_percent=cpu, memory_percent=memory,
+            gpus=tuple(GpuUtilization.model_construct(index=i, gpu_percent=g, memory_used_mib=mu, memory_total_mib=mt, encoder_percent=e)
+                       for i, g, mu, mt, e in gpus))
+        live = {"status": NodeStatus(status), "status_since": since, "last_seen": last_seen, "utilization": util,
+                "degraded": degraded, "held_until": held_until, "cordoned": cordoned, "drained": drained}
+    return RecordChange(node_id, seq, kind, cause, stimulus_id, record, live)
