@@ -3,7 +3,9 @@
 Seed 002 § "Orchestrator itself crashes": state lives in the registry's store, not in memory; a
 restarted registry, monitor or scheduler re-reads it and reconciles with Ray's node table. This
 module is the store (the record model is ``fabric.core.records``), and nothing else: plain ``sqlite3``, no Ray, so the
-registry actor and the unit tests use the very same code.
+registry actor and the unit tests use the very same code. A record leaves ``nodes`` only for the
+``collected`` trail (``collect``, ``write``): nothing deletes one outright. The registry's change
+feed for followers is ``fabric.store.changes`` (in memory, per registry incarnation).
 
 Layout (schema version 1): ``nodes`` (one JSON record per Ray node id, with the columns a query
 needs), ``collected`` (the trail of records garbage-collected after their drain grace), ``kv``
@@ -152,11 +154,6 @@ class FabricStore:
             wanted = set(statuses)
             records = [r for r in records if r.status in wanted]
         return records
-
-    def delete(self, node_id: str) -> bool:
-        with self._lock:
-            cur = self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
-        return cur.rowcount > 0
 
     def collect(self, node_id: str, at: float) -> RegistryRecord | None:
         """Move the record to the ``collected`` trail (status ``dead``); None when unknown."""
