@@ -10,12 +10,23 @@ What it refuses, with a ``RegistrationError`` and nothing stored: a registration
 Ray does not have alive (a probe cannot invent a node), one whose name contradicts the node's
 ``fabric.io/name`` label, one for a node already collected (dead is terminal), and any report
 that does not validate (the error names the field). ``Registry`` is the logic, testable with a
-fake ``RayAdapter``; ``RegistryActor`` is the thin async Ray actor around it.
+fake ``RayAdapter``; ``RegistryActor`` is the thin async Ray actor around it, and receives its
+``RayAdapter`` through its constructor.
+
+One writer for status: every status change (the health monitor's events, the operator's cordon,
+uncordon and drain, the reconciliation on start) goes through ``Registry.apply(events)``, all or
+nothing. Every write that changes a record gets the next number of the registry's change feed
+(``fabric.store.changes.ChangeLog``), with its cause and stimulus id: ``changes(since_seq, epoch)``
+answers a follower with what changed since (cost: the changes, not the fleet), ``snapshot()``
+with everything, to start or resync from. A heartbeat is numbered only when it brings a new load
+(``last_seen`` alone is no change a follower needs); the log lives in memory with a random epoch
+per incarnation, so a restarted registry sends its followers back to a snapshot.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -24,11 +35,13 @@ import ray
 from fabric.core.names import HEAD_RESOURCE, NAME_LABEL, PROFILE_LABEL
 from fabric.rayio.adapter import RayAdapter
 from fabric.core.errors import NodeNotFoundError, RegistrationError
-from fabric.core.events import NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased
+from fabric.core.events import (NodeAdded, NodeCollected, NodeCordoned, NodeDegraded, NodeDrainRequested, NodeFlapHeld,
+                                NodeFlapReleased, NodeLost, NodeUncordoned, event_cause)
 from fabric.core.lifecycle import NodeStatus, check_transition
 from fabric.core.messages import check_joined_tiers, read_events, read_heartbeat, read_registration, read_report
-from fabric.core.records import RegistryRecord, Utilization
+from fabric.core.records import ChangePage, FeedSnapshot, RegistryRecord, Utilization
 from fabric.store import FabricStore
+from fabric.store.changes import ChangeLog
 
 _HOLDS_KEY = "registry.pending_holds"
 """Flap holds the monitor decided for a node Ray has alive but whose probe has not registered yet
@@ -41,10 +54,13 @@ class Registry:
     Every message is read whole (``fabric.core.messages``) before anything is looked up or stored, so
     a refused one changes nothing: not a record, not a pending hold, not a row of the store."""
 
-    def __init__(self, store: FabricStore, adapter: Any, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: FabricStore, adapter: Any, clock: Callable[[], float] = time.time, *,
+                 log: ChangeLog | None = None) -> None:
         self.store = store
         self.adapter = adapter
         self.clock = clock
+        self.log = log if log is not None else ChangeLog()
+        """The change feed of this incarnation (a new registry: a new epoch)."""
 
     # -- what probes send ------------------------------------------------------------------------
     def register(self, node_id: Any, capabilities: Any, *, utilization: Any = None) -> RegistryRecord:
@@ -85,14 +101,21 @@ class Registry:
                 profile=ray_node.labels.get(PROFILE_LABEL) or (caps.source if caps.source != "live" else None),
             )
         self.store.write([record], documents={_HOLDS_KEY: pending} if hold is not None else None)
+        self.log.record(record, "registered" if existing is None else "re-registered",
+                        identity=existing is None or _identity_changed(existing, record))
         return record
 
     def heartbeat(self, node_id: Any, utilization: Any = None) -> float:
-        """A heartbeat (with utilisation); the recorded ``last_seen``."""
+        """A heartbeat (with utilisation); the recorded ``last_seen``. Numbered in the change feed
+        only when it brings a load other than the one last published."""
         msg = read_heartbeat(node_id, utilization)
         record = self.store.touch(msg.node_id, self.clock(), msg.utilization)
         if record is None:
             raise RegistrationError(f"heartbeat from unregistered node {msg.node_id}", node_id=msg.node_id, field="node_id")
+        if msg.utilization is not None:
+            published = self.log.published_live(record.node_id)
+            if published is None or published["utilization"] != record.utilization:
+                self.log.record(record, "heartbeat load")
         return record.last_seen
 
     def report(self, node_id: Any, capabilities: Any, degraded: Any = (), utilization: Any = None) -> RegistryRecord:
@@ -113,26 +136,35 @@ class Registry:
         update: dict[str, Any] = {"capabilities": caps, "degraded": msg.degraded, "last_seen": max(record.last_seen, self.clock())}
         if msg.utilization is not None:
             update["utilization"] = msg.utilization
-        record = record.model_copy(update=update)
+        before, record = record, record.model_copy(update=update)
         self.store.upsert(record)
+        self.log.record(record, "re-probed" + (f", degraded: {'; '.join(msg.degraded)}" if msg.degraded else ""),
+                        identity=_identity_changed(before, record))
         return record
 
     # -- what the health monitor sends ---------------------------------------------------------------
     def apply(self, events: Iterable[Any]) -> int:
-        """Apply fleet events: status changes, flap holds, collection. Returns how many changed a record.
+        """Apply fleet events: status changes, flap holds, collection, cordons and drains. Returns
+        how many changed a record.
 
         All or nothing: the whole batch is read first (a malformed event refuses it with a
         ``RegistrationError`` naming ``events[i].<field>``), then planned in memory (an illegal
-        status change refuses it with a ``TransitionError``), then written in one transaction.
-        Events about a node the store does not hold change nothing; the one exception is a flap
-        hold for a node Ray has alive under that name whose probe has not registered yet, kept
-        aside by node id (at most ``MAX_HOLD_S`` ahead) until it registers."""
+        status change refuses it with a ``TransitionError``), then written in one transaction, and
+        only then numbered in the change feed (one number per event that changed a record, with
+        the event's cause and stimulus id). Events about a node the store does not hold change
+        nothing; the one exception is a flap hold for a node Ray has alive under that name whose
+        probe has not registered yet, kept aside by node id (at most ``MAX_HOLD_S`` ahead) until
+        it registers. A ``NodeAdded`` for such a node is published as ``seen`` (no record)."""
+        return self._apply(events)[0]
+
+    def _apply(self, events: Iterable[Any]) -> tuple[int, dict[str, RegistryRecord]]:
         now = self.clock()
         batch = read_events(events, now)
         known: dict[str, RegistryRecord | None] = {}
         upserts: dict[str, RegistryRecord] = {}
         collect: list[tuple[str, float]] = []
         pending: dict[str, float] | None = None
+        feed: list[tuple[str, str, Any]] = []  # (what, node id, event), numbered once written
         changed = 0
         for event in batch:
             if event.node_id not in known:
@@ -142,33 +174,33 @@ class Registry:
                 if record is not None:
                     known[event.node_id] = None  # collected after its changes so far (the trail keeps them)
                     collect.append((event.node_id, event.at))
+                    feed.append(("collected", event.node_id, event))
                     changed += 1
                 continue
             if record is None:
                 if isinstance(event, NodeFlapHeld) and self._may_hold_unregistered(event, now):
                     pending = pending if pending is not None else dict(self.store.get_json(_HOLDS_KEY, {}))
                     pending[event.node_id] = max(event.until, pending.get(event.node_id, 0.0))
+                elif isinstance(event, NodeAdded) and event.node_id not in self.store.collected_ids():
+                    feed.append(("seen", event.node_id, event))
                 continue  # not registered yet (or already collected): nothing to update
-            update: dict[str, Any] = {}
-            target = event.status
-            if target is NodeStatus.ACTIVE and record.drained:
-                target = NodeStatus.DRAINING  # back from a partition: the operator's drain still holds
-            if target is not None and target is not record.status:
-                check_transition(f"node {event.node_id[:12]} ({record.name})", record.status, target)
-                update.update(status=target, status_since=event.at)
-            if isinstance(event, NodeFlapHeld):
-                update["held_until"] = event.until
-            elif isinstance(event, NodeFlapReleased):
-                update["held_until"] = None
-            elif isinstance(event, NodeDegraded):
-                update["degraded"] = event.reasons
+            update = _planned_update(event, record)
             if update:
                 known[event.node_id] = upserts[event.node_id] = record.model_copy(update=update)
+                feed.append(("record", event.node_id, event))
                 changed += 1
         documents = None if pending is None else {_HOLDS_KEY: {k: v for k, v in pending.items() if v > now}}
         if upserts or collect or documents:
             self.store.write(upserts.values(), collect, documents)
-        return changed
+        for what, node_id, event in feed:
+            cause = event_cause(event)
+            if what == "record":
+                self.log.record(upserts[node_id], cause, event.stimulus_id)
+            elif what == "collected":
+                self.log.collected(node_id, cause, event.stimulus_id)
+            else:
+                self.log.seen(node_id, cause, event.stimulus_id)
+        return changed, upserts
 
     def _may_hold_unregistered(self, event: NodeFlapHeld, now: float) -> bool:
         """A hold for a node id the store does not hold is kept only for a node Ray has alive under
@@ -182,17 +214,26 @@ class Registry:
     def reconcile_with_ray(self) -> list[str]:
         """On start (a new head on the same store, a restarted registry): a record Ray does not
         know alive becomes ``offline``, never stays ``active``/``draining``; the health monitor
-        then times its drain grace. Returns the node ids changed."""
+        then times its drain grace. Written through ``apply`` (a ``NodeLost`` each, stimulus
+        ``registry-start-<epoch>``). Returns the node ids changed."""
         alive = {n.node_id for n in self.adapter.list_nodes() if n.alive}
         now = self.clock()
-        changed = []
-        for record in self.store.list([NodeStatus.ACTIVE, NodeStatus.DRAINING]):
-            if record.node_id in alive:
-                continue
-            status = check_transition(f"node {record.node_id[:12]} ({record.name})", record.status, NodeStatus.OFFLINE)
-            self.store.upsert(record.model_copy(update={"status": status, "status_since": now}))
-            changed.append(record.node_id)
-        return changed
+        sid = f"registry-start-{self.log.epoch[:12]}"
+        events = [NodeLost(node_id=r.node_id, name=r.name, at=now, stimulus_id=sid, ray_dead=True,
+                           reason="not alive in Ray's node table when the registry started")
+                  for r in self.store.list([NodeStatus.ACTIVE, NodeStatus.DRAINING]) if r.node_id not in alive]
+        if not events:
+            return []
+        try:
+            return list(self._apply(events)[1])
+        except RegistrationError:  # a record no registration could have written: leave it, move the rest
+            changed: list[str] = []
+            for event in events:
+                try:
+                    changed += list(self._apply([event])[1])
+                except RegistrationError:
+                    continue
+            return changed
 
     def health_inputs(self) -> dict[str, dict[str, Any]]:
         """Per node id: ``last_seen`` and ``degraded`` (what the monitor feeds its policy)."""
@@ -220,33 +261,80 @@ class Registry:
     def collected_ids(self) -> list[str]:
         return sorted(self.store.collected_ids())
 
-    # -- operator changes --------------------------------------------------------------------------------
-    def set_cordoned(self, node: str, cordoned: bool) -> RegistryRecord:
-        """Cordon or uncordon. Uncordoning a draining node withdraws the drain: it is active again
-        (seed 000: uncordon withdraws a drain)."""
+    # -- operator changes (events through apply, like every other status change) -------------------------
+    def set_cordoned(self, node: str, cordoned: bool, stimulus_id: str | None = None, reason: str | None = None) -> RegistryRecord:
+        """Cordon or uncordon (a ``NodeCordoned``/``NodeUncordoned`` through ``apply``). Uncordoning
+        a draining node withdraws the drain: it is active again (seed 000: uncordon withdraws a drain)."""
         record = self.record(node)
-        update: dict[str, Any] = {"cordoned": bool(cordoned)}
-        if not cordoned:
-            update["drained"] = False
-        if not cordoned and record.status is NodeStatus.DRAINING:
-            update["status"] = check_transition(f"node {record.node_id[:12]} ({record.name})", record.status, NodeStatus.ACTIVE)
-            update["status_since"] = self.clock()
-        record = record.model_copy(update=update)
-        self.store.upsert(record)
-        return record
+        kind = NodeCordoned if cordoned else NodeUncordoned
+        return self._operator(kind, record, stimulus_id or _stimulus("cordon" if cordoned else "uncordon"), reason)
 
-    def mark_draining(self, node: str) -> RegistryRecord:
+    def mark_draining(self, node: str, stimulus_id: str | None = None, reason: str | None = None) -> RegistryRecord:
+        """Drain: ``draining`` and cordoned, the drain holding across a partition (a
+        ``NodeDrainRequested`` through ``apply``; ``TransitionError`` for a node that cannot drain)."""
         record = self.record(node)
-        status = check_transition(f"node {record.node_id[:12]} ({record.name})", record.status, NodeStatus.DRAINING)
-        record = record.model_copy(update={"status": status, "status_since": self.clock(), "cordoned": True, "drained": True})
-        self.store.upsert(record)
-        return record
+        return self._operator(NodeDrainRequested, record, stimulus_id or _stimulus("drain"), reason)
+
+    def _operator(self, kind: type, record: RegistryRecord, stimulus_id: str, reason: str | None) -> RegistryRecord:
+        event: dict[str, Any] = dict(kind=kind.model_fields["kind"].default, node_id=record.node_id, name=record.name,
+                                     at=self.clock(), stimulus_id=stimulus_id)
+        if reason is not None:
+            event["reason"] = reason
+        _, upserts = self._apply([event])  # read like any event: a bad reason or stimulus id is refused, naming it
+        return upserts.get(record.node_id) or self.record(record.node_id)
+
+    # -- the change feed -----------------------------------------------------------------------------------
+    def changes(self, since_seq: Any, epoch: Any = None) -> ChangePage:
+        """What changed after number ``since_seq`` of incarnation ``epoch`` (one ``RecordChange`` per
+        node), or ``changes=None``: resync from ``snapshot()`` (another epoch, a number older than
+        the log keeps, or not a number). Costs the changes, not the fleet."""
+        return self.log.page(epoch, since_seq, self.store.get)
+
+    def snapshot(self) -> FeedSnapshot:
+        """Every record, with the number and epoch a follower asks ``changes`` from next."""
+        return FeedSnapshot(self.log.epoch, self.log.seq, tuple(self.store.list()))
 
     def get_state(self, key: str, default: Any = None) -> Any:
         return self.store.get_json(key, default)
 
     def put_state(self, key: str, value: Any) -> None:
         self.store.put_json(key, value)
+
+
+def _planned_update(event: Any, record: RegistryRecord) -> dict[str, Any]:
+    """The fields ``event`` changes in ``record`` (``TransitionError`` for an illegal status change)."""
+    update: dict[str, Any] = {}
+    target = event.status
+    if isinstance(event, NodeUncordoned):
+        update.update(cordoned=False, drained=False)  # an uncordon withdraws a drain
+        target = NodeStatus.ACTIVE if record.status is NodeStatus.DRAINING else None
+    elif target is NodeStatus.ACTIVE and record.drained:
+        target = NodeStatus.DRAINING  # back from a partition: the operator's drain still holds
+    if target is not None and target is not record.status:
+        check_transition(f"node {event.node_id[:12]} ({record.name})", record.status, target)
+        update.update(status=target, status_since=event.at)
+    if isinstance(event, NodeFlapHeld):
+        update["held_until"] = event.until
+    elif isinstance(event, NodeFlapReleased):
+        update["held_until"] = None
+    elif isinstance(event, NodeDegraded):
+        update["degraded"] = event.reasons
+    elif isinstance(event, NodeCordoned):
+        update["cordoned"] = True
+    elif isinstance(event, NodeDrainRequested):
+        update.update(cordoned=True, drained=True)
+    return update
+
+
+def _identity_changed(before: RegistryRecord, after: RegistryRecord) -> bool:
+    """Whether a follower needs the whole record: what only a registration or a re-probe changes."""
+    return (before.capabilities != after.capabilities or before.name != after.name or before.labels != after.labels
+            or before.profile != after.profile or before.registered_at != after.registered_at)
+
+
+def _stimulus(what: str) -> str:
+    """A fresh stimulus id for an operator's change that came without one."""
+    return f"{what}-{uuid.uuid4().hex[:12]}"
 
 
 def default_store_path(gcs_address: str, environ: Mapping[str, str] | None = None) -> Path:
@@ -267,8 +355,8 @@ class RegistryActor:
     """The named, detached registry actor (``fabric.registry``). Every method is a few short
     SQLite statements, so it runs them inline rather than hopping threads."""
 
-    def __init__(self, store_path: str | None = None) -> None:
-        adapter = RayAdapter()
+    def __init__(self, store_path: str | None = None, adapter: Any = None) -> None:
+        adapter = adapter if adapter is not None else RayAdapter()
         path = Path(store_path).expanduser() if store_path else default_store_path(adapter.gcs_address())
         self.registry = Registry(FabricStore(path), adapter)
         self.reconciled = self.registry.reconcile_with_ray()
@@ -308,11 +396,17 @@ class RegistryActor:
     async def collected_ids(self) -> list[str]:
         return self.registry.collected_ids()
 
-    async def set_cordoned(self, node: str, cordoned: bool) -> RegistryRecord:
-        return self.registry.set_cordoned(node, cordoned)
+    async def set_cordoned(self, node: str, cordoned: bool, stimulus_id: str | None = None, reason: str | None = None) -> RegistryRecord:
+        return self.registry.set_cordoned(node, cordoned, stimulus_id=stimulus_id, reason=reason)
 
-    async def mark_draining(self, node: str) -> RegistryRecord:
-        return self.registry.mark_draining(node)
+    async def mark_draining(self, node: str, stimulus_id: str | None = None, reason: str | None = None) -> RegistryRecord:
+        return self.registry.mark_draining(node, stimulus_id=stimulus_id, reason=reason)
+
+    async def changes(self, since_seq: int, epoch: str | None = None) -> ChangePage:
+        return self.registry.changes(since_seq, epoch)
+
+    async def snapshot(self) -> FeedSnapshot:
+        return self.registry.snapshot()
 
     async def get_state(self, key: str, default: Any = None) -> Any:
         return self.registry.get_state(key, default)

@@ -8,7 +8,8 @@ of tens of MB (built from shared references, so drawing them is cheap), tiers th
 join with (a CUDA GPU on a CPU-only node), unknown node ids, forged flap holds, malformed event
 dicts, events built without validation. A clean refusal is a ``RegistrationError`` (or a
 ``TransitionError`` for an illegal status change); ``stored`` compares a dump of every table from
-just before the call with one after it, so a refused message that changed anything counts.
+just before the call with one after it (and the change feed's number), so a refused message
+that changed anything, or announced a change to followers, counts.
 
 Every example starts from the same seeded store (two registered nodes), so one example's
 success (a collection, a hold) never narrows what the next explores.
@@ -28,7 +29,8 @@ from hypothesis import strategies as st
 from actors.registry import Registry
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.errors import RegistrationError, TransitionError
-from fabric.core.events import NodeAdded, NodeCollected, NodeDegraded, NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered
+from fabric.core.events import (NodeAdded, NodeCollected, NodeCordoned, NodeDegraded, NodeDrainRequested, NodeFlapHeld,
+                                NodeFlapReleased, NodeLost, NodeRecovered, NodeUncordoned)
 from fabric.core.health import ManualClock, RayNodeView
 from fabric.core.lifecycle import NodeStatus
 from fabric.store import FabricStore
@@ -119,13 +121,13 @@ class _Env:
 
     def call(self, method: Callable[[Registry], Any]) -> Any:
         reg = self.fresh()
-        self.before = reg.store.dump()
+        self.before = (reg.store.dump(), reg.log.seq)
         return method(reg)
 
     def stored(self, _input: Any) -> bool:
-        """True when the refused call changed any row of any table."""
+        """True when the refused call changed any row of any table, or numbered a change in the feed."""
         assert self.registry is not None
-        return self.registry.store.dump() != self.before
+        return (self.registry.store.dump(), self.registry.log.seq) != self.before
 
 
 # -- what to send ---------------------------------------------------------------------------------------
@@ -196,11 +198,17 @@ def _event(t: tuple[str, str, float, float]) -> Any:
         "held_forged": lambda: NodeFlapHeld(**{**base, "name": "box"}, until=until, toggles=3),
         "released": lambda: NodeFlapReleased(**base),
         "collected": lambda: NodeCollected(**base, lost_for_s=1.0),
+        "cordoned": lambda: NodeCordoned(**base),
+        "uncordoned": lambda: NodeUncordoned(**base, reason="fuzz"),
+        "drain": lambda: NodeDrainRequested(**base),
+        "drain_forged": lambda: NodeDrainRequested.model_construct(**base, status=NodeStatus.ACTIVE, reason="forged",
+                                                                   kind="node_drain_requested"),
     }[kind]()
 
 
 event_models = st.tuples(
-    st.sampled_from(["added", "lost", "recovered", "recovered_dead", "degraded", "held", "held_forged", "released", "collected"]),
+    st.sampled_from(["added", "lost", "recovered", "recovered_dead", "degraded", "held", "held_forged", "released", "collected",
+                     "cordoned", "uncordoned", "drain", "drain_forged"]),
     st.sampled_from(IDS), st.sampled_from([START, START + 1, 0.0]),
     st.sampled_from([START + 600, START + 1e6, START - 5, START + 86_400]),
 ).map(_event)
@@ -208,7 +216,7 @@ event_dicts = st.one_of(
     event_models.map(lambda e: e.model_dump()),
     event_models.map(lambda e: e.model_dump(mode="json")),
     st.tuples(event_models, mutations(values)).map(lambda t: mutate(t[0].model_dump(), t[1])),
-    st.dictionaries(st.sampled_from(["kind", "node_id", "name", "at", "stimulus_id", "until", "status", "reasons"]), values, max_size=6),
+    st.dictionaries(st.sampled_from(["kind", "node_id", "name", "at", "stimulus_id", "until", "status", "reasons", "reason"]), values, max_size=6),
 )
 unvalidated = st.tuples(st.sampled_from(IDS), st.one_of(nasty_floats, HUGE_INTS, st.text(max_size=5))).map(
     lambda t: NodeLost.model_construct(node_id=t[0], name="box", at=t[1], stimulus_id="s", reason="x", status=NodeStatus.OFFLINE,
@@ -252,7 +260,7 @@ register(Surface(
     name="registry_apply", strategy=event_batches,
     call=lambda batch: _apply_env.call(lambda reg: reg.apply(batch)),
     typed=TYPED, stored=_apply_env.stored, setup=_apply_env.setup, teardown=_apply_env.teardown,
-    description="Registry.apply: unknown node ids, forged flap holds, malformed event dicts, unvalidated models, huge batches",
+    description="Registry.apply: unknown node ids, forged flap holds and drains, malformed event dicts, unvalidated models, huge batches",
 ))
 
 __all__ = ["FakeRay", "caps", "capabilities", "degraded_lists", "event_batches", "node_ids", "utilizations"]
