@@ -154,7 +154,7 @@ def event_cause(event: "_Event") -> str:
         return f"collected after {event.lost_for_s:.0f} s offline"
     if isinstance(event, NodeAdded):
         return "seen alive in Ray's node table"
-    return event.kind.replace("_", " ")
+    return str(getattr(event, "kind", type(event).__name__)).replace("_", " ")
 
 
 __all__ = [

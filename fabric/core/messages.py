@@ -102,8 +102,11 @@ def scan(value: Any, *, limit_bytes: int, root: str = "") -> Problem | None:
         elif isinstance(v, Enum):
             total += 8
         elif isinstance(v, (BaseModel, Mapping)):
-            pairs = list(v) if isinstance(v, BaseModel) else list(v.items()) if len(v) <= MAX_ITEMS else None
-            if pairs is None:
+            if isinstance(v, BaseModel):
+                pairs = list(v)
+            elif len(v) <= MAX_ITEMS:
+                pairs = list(v.items())
+            else:
                 return Problem(path, f"{len(v)} entries, more than {MAX_ITEMS}")
             total += 2
             for key, _ in pairs:
