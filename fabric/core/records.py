@@ -160,7 +160,7 @@ class RecordChange:
         if self.kind == "update":
             if base is None:
                 raise KeyError(self.node_id)
-            return base.model_copy(update=dict(self.live or {}))
+            return base.model_copy(update=self.live)  # read, not kept: the page's values stay the page's
         return None
 
 
