@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -42,6 +43,7 @@ _IN_FLEET = (NodeStatus.ACTIVE, NodeStatus.DRAINING)
 # Fields the feed owns; usage fields (running, reservations) belong to the scheduler's own view.
 _FACT_FIELDS = ("name", "capabilities", "status", "tier", "utilization", "last_seen", "cordoned", "flap_held",
                 "max_concurrent_tasks", "zone", "pool", "pool_tier")
+_facts = operator.attrgetter(*_FACT_FIELDS)
 RESYNC_CAUSE = "resync from the registry's snapshot"
 RAY_DEAD_CAUSE = "ray: node dead (Ray's node table)"
 HOLD_ENDED_CAUSE = "flap hold ended"
@@ -67,7 +69,9 @@ def diff_node(node_id: str, old: NodeRecord | None, new: NodeRecord | None, caus
         return None if old is None else FleetChange("lost", node_id, cause=cause, stimulus_id=stimulus_id)
     if old is None:
         return FleetChange("joined", node_id, new, cause=cause, stimulus_id=stimulus_id)
-    changed = {f: getattr(new, f) for f in _FACT_FIELDS if getattr(new, f) != getattr(old, f)}
+    # One C-level read of each record's facts; a fact held by the very same object is unchanged
+    # (capabilities, mostly: comparing a model to itself would walk it).
+    changed = {f: x for f, x, y in zip(_FACT_FIELDS, _facts(new), _facts(old)) if x is not y and x != y}
     if "utilization" in changed and abs(new.utilization - old.utilization) < 0.05:
         del changed["utilization"]  # small load wobble is not worth a fleet change
     changed.pop("last_seen", None)  # heartbeats alone are not a fleet change

@@ -90,16 +90,20 @@ class RegistryRecord(_Model):
     def to_node_record(self, now: float, *, running: int = 0, max_concurrent_tasks: int | None = None) -> Any:
         """The placement engine's view of this record (``fabric.core.placement.NodeRecord``): what the
         scheduler places on and what ``handle.nodes()`` returns."""
-        from fabric.core.placement import NodeRecord
-
+        global _NodeRecord
+        if _NodeRecord is None:  # placement imports this module: import it late, once (the feed calls this per change)
+            from fabric.core.placement import NodeRecord as _NodeRecord
         labels = self.labels
-        return NodeRecord(  # tier None: the tier the capabilities serve
+        return _NodeRecord(  # tier None: the tier the capabilities serve
             node_id=self.node_id, name=self.name, capabilities=self.capabilities, status=self.status,
             tier=None, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
             cordoned=self.cordoned, flap_held=self.flap_held(now), max_concurrent_tasks=max_concurrent_tasks,
             zone=labels.get(ZONE_LABEL), pool=labels.get(POOL_LABEL), pool_tier=labels.get(POOL_TIER_LABEL),
             label_tier=_label_tier(labels.get(TIER_LABEL)),
         )
+
+
+_NodeRecord: Any = None
 
 
 @lru_cache(maxsize=64)
@@ -174,8 +178,9 @@ class ChangePage:
     seq: int
     changes: tuple[RecordChange, ...] | None
 
-    def __reduce__(self) -> Any:
-        return (ChangePage, (self.epoch, self.seq, self.changes))
+    def __reduce__(self) -> Any:  # the changes as rows of plain values: no pickler call per change
+        rows = None if self.changes is None else tuple(c.__reduce__()[1] for c in self.changes)
+        return (_unpack_page, (self.epoch, self.seq, rows))
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,3 +222,7 @@ def _unpack_change(node_id: str, seq: int, kind: str, cause: str, stimulus_id: s
         live = {"status": NodeStatus(status), "status_since": since, "last_seen": last_seen, "utilization": util,
                 "degraded": degraded, "held_until": held_until, "cordoned": cordoned, "drained": drained}
     return RecordChange(node_id, seq, kind, cause, stimulus_id, record, live)
+
+
+def _unpack_page(epoch: str, seq: int, rows: tuple | None) -> ChangePage:
+    return ChangePage(epoch, seq, None if rows is None else tuple(_unpack_change(*row) for row in rows))

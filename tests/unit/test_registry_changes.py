@@ -132,6 +132,7 @@ def test_a_number_the_log_never_handed_out_or_not_a_number_resyncs(env, since):
     reg.register(A, caps())
     p = reg.changes(since, reg.log.epoch)
     assert p.changes is None and p.seq == reg.log.seq and p.epoch == reg.log.epoch
+    assert pickle.loads(pickle.dumps(p)) == p
 
 
 def test_another_epoch_or_a_number_older_than_the_log_keeps_resyncs(tmp_path):
