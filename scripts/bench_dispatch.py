@@ -11,14 +11,23 @@ the three kinds taking turns so all see the same machine load:
 (c) "shaped": plain ``@ray.remote`` tiny tasks given the options the fabric gives a burst's
     spilled calls (the selector, plus a soft affinity to the best node that spills when it is
     busy). Against (a) the fabric's ratio shows what a user gains; against (c), what the fabric
-    itself costs on top of those Ray options.
+    itself costs on top of those Ray options;
+(d) "fallback_strategy": the peer a Ray user would pick instead, plain ``@ray.remote`` with Ray
+    2.60's own ``fallback_strategy``: a label selector for ``min_tier`` (every tier at or above
+    it) first, then one per lower tier down to the floor.
+
+Every task reports the tier of the node it ran on, so each kind's row says *where the work ran*:
+the share of calls that ran at their ``min_tier`` or above (``at_min_tier_share``) and the count
+that ran below their floor (``below_floor``: must be 0 for the fabric).
 
 Bursts of 1,000 and 10,000 (submit all, then ``ray.get``), and single-call latency (submit one,
 wait for it) p50/p99. Prints a table; with ``--json`` a final JSON object with
 ``plain_tasks_per_s``, ``adaptive_tasks_per_s``, ``throughput_ratio`` (10,000-task bursts),
 ``plain_p50_ms``, ``adaptive_p50_ms``, ``added_p50_ms`` and the rest of the measurements
 (``paired_ratio_median``: the median over rounds of adaptive/plain within a round; per burst
-size, the worker-lease requests the driver sent per task, from the event stats Ray logs).
+size, the worker-lease requests the driver sent per task, from the event stats Ray logs;
+``fallback_strategy_tasks_per_s``, ``ratio_to_fallback_strategy`` and, per kind,
+``at_min_tier_share`` and ``below_floor``).
 """
 
 from __future__ import annotations
@@ -35,10 +44,17 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
 
 PROFILES = ["gpu-cuda-workstation", "steamdeck-apu", "cpu-only-box", "edge-relay"]
+MIN_TIER, FLOOR = "gpu_apu", "cpu_ffmpeg"
+"""What every kind's tasks ask for: the fabric's ``min_tier`` and ``floor``; the plain kinds get
+the equivalent Ray options."""
 
 
 def tiny(x):
-    return x
+    """The task of every kind: its argument back, and the rank of the node's tier it ran on (read
+    once per worker process), so a burst tells where its work ran."""
+    from fabric.rayio.worker_calls import node_rank
+
+    return x, node_rank()
 
 
 def machine_cpu_s() -> float:
@@ -97,8 +113,12 @@ class ProcessCPU:
     def snapshot(self) -> dict[int, tuple[str, float]]:
         import psutil
 
+        # This cluster's processes only: ``LocalFabric`` starts its GCS and raylets from this
+        # driver, and they start the workers, agents and actors, so every one descends from it
+        # (other clusters on the same machine do not count).
+        me = psutil.Process(self.driver)
         out = {}
-        for proc in psutil.process_iter():
+        for proc in [me, *me.children(recursive=True)]:
             if proc.pid not in self.roles:
                 self.roles[proc.pid] = process_role(proc, self.driver)
             role = self.roles[proc.pid]
@@ -119,9 +139,10 @@ class ProcessCPU:
         return spent
 
 
-def burst(fn, n: int) -> tuple[float, float]:
-    """Submit ``n`` calls, then wait for all; returns tasks per second and the machine's CPU
-    milliseconds per task (on 2 cores the burst is CPU-bound: the two move together)."""
+def burst(fn, n: int) -> tuple[float, float, list[int]]:
+    """Submit ``n`` calls, then wait for all; returns tasks per second, the machine's CPU
+    milliseconds per task (on 2 cores the burst is CPU-bound: the two move together) and the tier
+    rank of the node each call ran on."""
     import ray
 
     gc.collect()
@@ -130,8 +151,29 @@ def burst(fn, n: int) -> tuple[float, float]:
     out = ray.get(refs)
     dt = time.perf_counter() - t0
     cpu_ms = (machine_cpu_s() - c0) * 1000 / n
-    assert out == list(range(n)), "a burst lost or mixed up results"
-    return n / dt, cpu_ms
+    assert [x for x, _ in out] == list(range(n)), "a burst lost or mixed up results"
+    return n / dt, cpu_ms, [rank for _, rank in out]
+
+
+def peer_options(min_tier: str, floor: str) -> dict:
+    """Plain Ray's own way to say "``min_tier``, else down the tiers to ``floor``": a label selector
+    for every tier at or above ``min_tier``, then Ray 2.60's ``fallback_strategy`` with one
+    selector per lower tier, best first, down to the floor."""
+    from fabric.core.names import TIER_LABEL
+    from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
+
+    top, low = ComputeTier.parse(min_tier), ComputeTier.parse(floor)
+    at_or_above = [t.value for t in TIERS_BEST_FIRST if t >= top]
+    return {"label_selector": {TIER_LABEL: f"in({','.join(at_or_above)})"},
+            "fallback_strategy": [{"label_selector": {TIER_LABEL: t.value}} for t in TIERS_BEST_FIRST if low <= t < top]}
+
+
+def where_it_ran(ranks: list[int], min_tier: str, floor: str) -> tuple[float, int]:
+    """The share of calls that ran at ``min_tier`` or above, and the count below ``floor``."""
+    from fabric.core.tiers import ComputeTier
+
+    top, low = ComputeTier.parse(min_tier).rank, ComputeTier.parse(floor).rank
+    return sum(r >= top for r in ranks) / len(ranks), sum(r < low for r in ranks)
 
 
 def lease_requests() -> int | None:
@@ -149,7 +191,7 @@ def latencies(fn, n: int) -> list[float]:
     lat = []
     for i in range(n):
         t0 = time.perf_counter()
-        assert ray.get(fn.remote(i)) == i
+        assert ray.get(fn.remote(i))[0] == i
         lat.append((time.perf_counter() - t0) * 1000)
     return lat
 
@@ -182,13 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     with LocalFabric(PROFILES, max_slots=2, timeout_s=120, system_config={"event_stats_print_interval_ms": 1000}) as lf:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        floor = {"label_selector": {"fabric.io/tier": "in(gpu_cuda,gpu_vaapi,gpu_apu,cpu_ffmpeg)"},
-                 "resources": {"fabric.slots": 1}, "num_cpus": 1}
+        from fabric.core.names import SLOTS_RESOURCE
+        from fabric.rayio.tasks import tier_selector
+
+        fabric_fn = adaptive.remote(min_tier=MIN_TIER, floor=FLOOR)(tiny)
+        slot = {"resources": {SLOTS_RESOURCE: 1}, "num_cpus": 1}
+        floor = {"label_selector": tier_selector(fabric_fn.requirement), **slot}
         plain = ray.remote(tiny).options(**floor)
-        fabric_fn = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(tiny)
         best = NodeAffinitySchedulingStrategy(lf.node("gpu-cuda-workstation").node_id, soft=True, _spill_on_unavailable=True)
         shaped = ray.remote(tiny).options(scheduling_strategy=best, **floor)
-        kinds = [("plain", plain), ("adaptive", fabric_fn), ("shaped", shaped)]
+        peer = ray.remote(tiny).options(**peer_options(MIN_TIER, FLOOR), **slot)
+        kinds = [("plain", plain), ("adaptive", fabric_fn), ("shaped", shaped), ("fallback_strategy", peer)]
+        names = [kind for kind, _ in kinds]
         for _, fn in kinds:  # warm each: workers started, functions exported, lease granted
             burst(fn, 200)
 
@@ -197,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rows: dict[tuple[str, int], list[float]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
+        ran: dict[tuple[str, int], list[int]] = {}  # (kind, size) -> the tier rank each call ran on, all rounds
         lease_rows: dict[tuple[str, int], list[float]] = {}
         by_role: dict[tuple[str, str], list[float]] = {}  # (kind, role) -> CPU ms per task, biggest burst only
         procs = ProcessCPU() if args.by_process else None
@@ -206,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                     waited = settle(args.quiet_pct)
                     leases_before = lease_requests()
                     before = procs.snapshot() if procs and size == max(sizes) else None
-                    rate, cpu_ms = burst(fn, size)
+                    rate, cpu_ms, ranks = burst(fn, size)
+                    ran.setdefault((kind, size), []).extend(ranks)
                     if before is not None:
                         for role, spent in ProcessCPU.per_role(before, procs.snapshot()).items():
                             by_role.setdefault((kind, role), []).append(spent * 1000 / size)
@@ -217,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leases is not None:
                         lease_rows.setdefault((kind, size), []).append(leases)
                     shown = "" if leases is None else f"  {leases:6.2f} lease requests/task"
-                    print(f"  round {r + 1}: {kind:<8} {size:>6} tasks  {rate:8.0f}/s  {cpu_ms:5.2f} ms CPU/task{shown}"
+                    print(f"  round {r + 1}: {kind:<17} {size:>6} tasks  {rate:8.0f}/s  {cpu_ms:5.2f} ms CPU/task{shown}"
                           f"  (settled {waited:.1f} s)", file=sys.stderr)
         lat = {"plain": [], "adaptive": []}
         for r in range(2):
@@ -247,26 +296,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{size:>8}  {sh:>14.0f}  {a / sh:>16.2f}  {pm:>8.2f} ({min(paired):.2f}-{max(paired):.2f})")
         result["sizes"][str(size)].update({"shaped_tasks_per_s": round(sh), "ratio_to_shaped": round(a / sh, 3),
                                            "paired_ratio_to_shaped_median": round(pm, 3)})
-    print(f"\n{'burst':>8}  {'machine CPU ms/task: plain':>27}  {'adaptive':>8}  {'shaped':>7}")
+    print(f"\n{'burst':>8}  {'fallback_strategy tasks/s':>25}  {'adaptive/fallback_strategy':>26}  {'paired: median (min-max)':>25}")
     for size in sizes:
-        got = {kind: statistics.median(cpu[(kind, size)]) for kind, _ in kinds}
-        print(f"{size:>8}  {got['plain']:>27.2f}  {got['adaptive']:>8.2f}  {got['shaped']:>7.2f}")
+        fs, a, paired, pm = against("fallback_strategy", size)
+        print(f"{size:>8}  {fs:>25.0f}  {a / fs:>26.2f}  {pm:>8.2f} ({min(paired):.2f}-{max(paired):.2f})")
+        result["sizes"][str(size)].update({"fallback_strategy_tasks_per_s": round(fs), "ratio_to_fallback_strategy": round(a / fs, 3),
+                                           "paired_ratio_to_fallback_strategy_median": round(pm, 3)})
+    print(f"\nwhere the work ran (min_tier {MIN_TIER}, floor {FLOOR}): share at min_tier or above / calls below the floor")
+    print(f"{'burst':>8}" + "".join(f"  {kind:>22}" for kind in names))
+    for size in sizes:
+        where = {kind: where_it_ran(ran[(kind, size)], MIN_TIER, FLOOR) for kind in names}
+        print(f"{size:>8}" + "".join(f"  {share:>14.3f} / {below:>5}" for share, below in where.values()))
+        result["sizes"][str(size)].update({"at_min_tier_share": {kind: round(w[0], 4) for kind, w in where.items()},
+                                           "below_floor": {kind: w[1] for kind, w in where.items()}})
+    print(f"\n{'burst':>8}  {'machine CPU ms/task:':>20}" + "".join(f"  {kind:>17}" for kind in names))
+    for size in sizes:
+        got = {kind: statistics.median(cpu[(kind, size)]) for kind in names}
+        print(f"{size:>8}  {'':>20}" + "".join(f"  {v:>17.2f}" for v in got.values()))
         result["sizes"][str(size)].update({f"{kind}_cpu_ms_per_task": round(v, 3) for kind, v in got.items()})
-    if all(lease_rows.get((kind, size)) for kind, _ in kinds for size in sizes):
-        print(f"\n{'burst':>8}  {'worker-lease requests/task: plain':>34}  {'adaptive':>8}  {'shaped':>7}")
+    if all(lease_rows.get((kind, size)) for kind in names for size in sizes):
+        print(f"\n{'burst':>8}  {'worker-lease requests/task:':>27}" + "".join(f"  {kind:>17}" for kind in names))
         for size in sizes:
-            got = {kind: statistics.median(lease_rows[(kind, size)]) for kind, _ in kinds}
-            print(f"{size:>8}  {got['plain']:>34.2f}  {got['adaptive']:>8.2f}  {got['shaped']:>7.2f}")
+            got = {kind: statistics.median(lease_rows[(kind, size)]) for kind in names}
+            print(f"{size:>8}  {'':>27}" + "".join(f"  {v:>17.2f}" for v in got.values()))
             result["sizes"][str(size)].update({f"{kind}_lease_requests_per_task": round(v, 3) for kind, v in got.items()})
     if by_role:
         big = max(sizes)
-        print(f"\n{'CPU ms/task by process, ' + str(big) + '-task bursts':>44}  {'plain':>7}  {'adaptive':>8}  {'shaped':>7}"
-              f"  {'adaptive-shaped':>15}")
+        print(f"\n{'CPU ms/task by process, ' + str(big) + '-task bursts':>44}" + "".join(f"  {kind:>17}" for kind in names)
+              + f"  {'adaptive-shaped':>15}")
         result["by_process"] = {}
         for role in sorted({r for _, r in by_role}):
-            got = {kind: statistics.median(by_role.get((kind, role), [0.0])) for kind, _ in kinds}
-            print(f"{role:>44}  {got['plain']:>7.3f}  {got['adaptive']:>8.3f}  {got['shaped']:>7.3f}"
-                  f"  {got['adaptive'] - got['shaped']:>+15.3f}")
+            got = {kind: statistics.median(by_role.get((kind, role), [0.0])) for kind in names}
+            print(f"{role:>44}" + "".join(f"  {v:>17.3f}" for v in got.values()) + f"  {got['adaptive'] - got['shaped']:>+15.3f}")
             result["by_process"][role] = {f"{kind}_cpu_ms_per_task": round(v, 3) for kind, v in got.items()}
     p50p, p50a = statistics.median(lat["plain"]), statistics.median(lat["adaptive"])
     p99p, p99a = pct(lat["plain"], 0.99), pct(lat["adaptive"], 0.99)
@@ -282,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_ratio": result["sizes"][big]["ratio"],
         "shaped_tasks_per_s": result["sizes"][big]["shaped_tasks_per_s"],
         "ratio_to_shaped": result["sizes"][big]["ratio_to_shaped"],
+        "fallback_strategy_tasks_per_s": result["sizes"][big]["fallback_strategy_tasks_per_s"],
+        "ratio_to_fallback_strategy": result["sizes"][big]["ratio_to_fallback_strategy"],
         "paired_ratio_median": result["sizes"][big]["paired_ratio_median"],
         "plain_p50_ms": round(p50p, 3), "adaptive_p50_ms": round(p50a, 3), "added_p50_ms": round(p50a - p50p, 3),
         "plain_p99_ms": round(p99p, 3), "adaptive_p99_ms": round(p99a, 3),

@@ -40,6 +40,16 @@ def test_bench_dispatch_prints_its_table_and_json_object():
     assert min(sized[f"{kind}_lease_requests_per_task"] for kind in ("plain", "adaptive", "shaped")) > 0
     # plain Ray given the fabric's options for spilled calls: the third kind, in the same rounds
     assert result["ratio_to_shaped"] == pytest.approx(result["adaptive_tasks_per_s"] / result["shaped_tasks_per_s"], rel=0.02)
+    # Ray's own fallback_strategy, the peer a Ray user would pick: the fourth kind, in the same rounds
+    kinds = {"plain", "adaptive", "shaped", "fallback_strategy"}
+    for size, row in result["sizes"].items():
+        assert row["fallback_strategy_tasks_per_s"] > 0, size
+        assert row["ratio_to_fallback_strategy"] == pytest.approx(
+            row["adaptive_tasks_per_s"] / row["fallback_strategy_tasks_per_s"], rel=0.02)
+        # where the work ran, per kind: the share at min_tier or above, and nothing of the fabric's below its floor
+        assert set(row["at_min_tier_share"]) == kinds and all(0 <= v <= 1 for v in row["at_min_tier_share"].values())
+        assert set(row["below_floor"]) == kinds and row["below_floor"]["adaptive"] == 0
+    assert result["ratio_to_fallback_strategy"] == result["sizes"]["60"]["ratio_to_fallback_strategy"]
     roles = result["by_process"]  # --by-process: CPU per task of each part of the cluster, both kinds
     assert {"driver", "raylet", "gcs_server", "task workers", "SchedulerActor"} <= set(roles), roles
     assert roles["driver"]["plain_cpu_ms_per_task"] > 0 and roles["driver"]["adaptive_cpu_ms_per_task"] > 0
