@@ -399,6 +399,8 @@ def rejoin(lf: Any, handle: Any, transcode: Any, clip_ref: Any, name_of: dict[st
     and where the next call went."""
     import ray
 
+    from fabric.core import names
+
     t_join = time.time()
     node = lf.add_node(KILLED, wait=False)
     lf.wait_registered([node.node_id])
