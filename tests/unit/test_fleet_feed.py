@@ -169,7 +169,7 @@ def apply_op(reg, clock, op, node_id, x, dt):
         assert type(exc).__name__ in ("RegistrationError", "TransitionError", "NodeNotFoundError"), exc
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_following_the_changes_equals_rebuilding_the_whole_fleet(tmp_path_factory, ops):
     """Whatever the registry was told, and however many writes came between two polls, the feed's
