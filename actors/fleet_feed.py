@@ -203,7 +203,8 @@ class FleetMirror:
         if rec.status not in _IN_FLEET or rec.node_id in self.ray_dead:
             return None
         override = self.settings.nodes.get(rec.name)
-        nr = rec.to_node_record(now, max_concurrent_tasks=override.max_concurrent_tasks if override is not None else None)
+        nr = rec.to_node_record(now, max_concurrent_tasks=override.max_concurrent_tasks if override is not None else None,
+                                previous=self.known.get(rec.node_id))
         if rec.held_until is not None and rec.held_until > now and self._held.get(rec.node_id) != rec.held_until:
             self._held[rec.node_id] = rec.held_until
             heapq.heappush(self._holds, (rec.held_until, rec.node_id))

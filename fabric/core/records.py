@@ -87,13 +87,26 @@ class RegistryRecord(_Model):
     def flap_held(self, now: float) -> bool:
         return self.held_until is not None and now < self.held_until
 
-    def to_node_record(self, now: float, *, running: int = 0, max_concurrent_tasks: int | None = None) -> Any:
+    def to_node_record(self, now: float, *, running: int = 0, max_concurrent_tasks: int | None = None,
+                       previous: Any = None) -> Any:
         """The placement engine's view of this record (``fabric.core.placement.NodeRecord``): what the
-        scheduler places on and what ``handle.nodes()`` returns."""
+        scheduler places on and what ``handle.nodes()`` returns. ``previous``: the view built from an
+        earlier version of this record; when only live fields moved (same capabilities object, name,
+        labels, slot cap, no usage), it is copied with those (``NodeRecord.with_live``), equal to a
+        build from scratch at a fraction of its cost."""
         global _NodeRecord
         if _NodeRecord is None:  # placement imports this module: import it late, once (the feed calls this per change)
             from fabric.core.placement import NodeRecord as _NodeRecord
         labels = self.labels
+        if (previous is not None and previous.capabilities is self.capabilities and previous.node_id == self.node_id
+                and previous.name == self.name and previous.max_concurrent_tasks == max_concurrent_tasks
+                and previous.running == running == 0 and previous.reserved_cpus == 0.0 and previous.reserved_memory_mib == 0.0
+                and not any(previous.gpu_reserved) and not previous.unhealthy and previous.utilization_cap == 1.0
+                and previous.zone == labels.get(ZONE_LABEL) and previous.pool == labels.get(POOL_LABEL)
+                and previous.pool_tier == labels.get(POOL_TIER_LABEL) and previous.label_tier == _label_tier(labels.get(TIER_LABEL))
+                and previous.tier == self.capabilities.tier):
+            return previous.with_live(status=self.status, utilization=self.utilization.fraction, last_seen=self.last_seen,
+                                      cordoned=self.cordoned, flap_held=self.flap_held(now))
         return _NodeRecord(  # tier None: the tier the capabilities serve
             node_id=self.node_id, name=self.name, capabilities=self.capabilities, status=self.status,
             tier=None, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,

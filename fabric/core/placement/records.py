@@ -192,6 +192,22 @@ class NodeRecord:
         kw.update(changes)
         return NodeRecord(**kw)
 
+    def with_live(self, *, status: NodeStatus, utilization: float, last_seen: float, cordoned: bool,
+                  flap_held: bool) -> "NodeRecord":
+        """A copy that differs only in what a heartbeat or a status change moves, with only the
+        values derived from those recomputed: equal to building the record anew with them (the
+        scheduler's fleet feed calls it for every changed node whose identity stayed)."""
+        new = object.__new__(NodeRecord)
+        d = self.__dict__.copy()
+        d.update(status=status if isinstance(status, NodeStatus) else NodeStatus(status), utilization=utilization,
+                 last_seen=last_seen, cordoned=cordoned, flap_held=flap_held,
+                 _util=float(utilization) if isinstance(utilization, (int, float)) and not math.isnan(utilization) else 0.0,
+                 _gen=next(GENERATIONS), _bk=None, _entry=None)
+        object.__setattr__(new, "__dict__", d)
+        d["_load"] = compute_load(new)
+        d["_eligible"] = d["status"] is NodeStatus.ACTIVE and not flap_held and not d["unhealthy"] and not cordoned
+        return new
+
     def _copy(self) -> "NodeRecord":
         """Hot-path copy (copy-on-write before a reservation change): same data, new generation."""
         new = object.__new__(NodeRecord)
