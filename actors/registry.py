@@ -365,7 +365,7 @@ class RegistryActor:
     async def ping(self) -> dict[str, Any]:
         import os
 
-        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "started_at": self.started_at, "store": str(self.registry.store.path),
+        return {"pid": os.getpid(), "node_id": self.registry.adapter.current_node_id(), "started_at": self.started_at, "store": str(self.registry.store.path),
                 "reconciled_offline": list(self.reconciled),
                 "recovered_from": str(self.registry.store.recovered_from) if self.registry.store.recovered_from else None}
 

@@ -39,11 +39,9 @@ def format_settings_error(source: str, err: SettingsError) -> list[str]:
 
 
 def _fabric_actor_names(ray: Any) -> set[str]:
-    from ray.util import list_named_actors
+    from fabric.rayio.driver import RayDriver
 
-    from fabric.core.names import NAMESPACE
-
-    return {a["name"] for a in list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE}
+    return set(RayDriver().named_actors())
 
 
 def run_up(args: argparse.Namespace) -> int:
