@@ -46,6 +46,7 @@ import ray.cloudpickle as cloudpickle  # noqa: E402  (the serializer Ray uses; i
 
 from actors.fleet_feed import FleetMirror  # noqa: E402
 from actors.registry import Registry  # noqa: E402
+from fabric.core import names  # noqa: E402
 from fabric.core.events import NodeFlapHeld, NodeFlapReleased, NodeLost, NodeRecovered  # noqa: E402
 from fabric.core.health import ManualClock, RayNodeView  # noqa: E402
 from fabric.core.lifecycle import NodeStatus  # noqa: E402
@@ -120,7 +121,7 @@ class FakeRay:
 
     def add(self, node_id: str, name: str, caps: Any, zone: str) -> None:
         labels = {TIER_LABEL: caps.tier.value, NAME_LABEL: name, ZONE_LABEL: zone, POOL_LABEL: "default"}
-        resources = {"fabric.slots": float(caps.limitations.max_concurrent_tasks),
+        resources = {names.SLOTS_RESOURCE: float(caps.limitations.max_concurrent_tasks),
                      **{f"{TIER_RESOURCE_PREFIX}{t.value}": 1.0 for t in caps.tiers}}
         self.nodes[node_id] = RayNodeView(node_id=node_id, alive=True, labels=labels, resources=resources)
 

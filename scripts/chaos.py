@@ -41,6 +41,7 @@ from fabric import adaptive  # noqa: E402
 from probes.profiles import profile_path  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from fabric.testing.chaos import Exclusion, Outcome, read_run_log, score  # noqa: E402
+from fabric.core import names  # noqa: E402
 from fabric.core.tiers import ComputeTier  # noqa: E402
 
 PROFILES = ["gpu-cuda-workstation", "steamdeck-apu", "cpu-only-box", "arm64-board", "edge-relay"]
@@ -116,12 +117,12 @@ class Fleet:
 
     def __init__(self, lf: LocalFabric, work: Path) -> None:
         self.lf, self.work = lf, work
-        self.sched = lambda: ray.get_actor("fabric.scheduler", namespace="fabric")
+        self.sched = lambda: ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
 
     def tier_of(self, node_id: str) -> ComputeTier:
         for node in self.lf.history:
             if node.node_id == node_id:
-                return ComputeTier.parse(node.labels["fabric.io/tier"])
+                return ComputeTier.parse(node.labels[names.TIER_LABEL])
         return ComputeTier.RELAY
 
     def records(self) -> set[str]:
@@ -200,34 +201,34 @@ def sigkill(actor: str, pid_of):
     """SIGKILL one of the fabric's detached actors; Ray restarts it (``max_restarts=-1``). The
     clean-up waits until it answers ``pid_of`` with a new pid."""
     def fault(fleet: Fleet):
-        pid = pid_of(ray.get_actor(actor, namespace="fabric"))
+        pid = pid_of(ray.get_actor(actor, namespace=names.NAMESPACE))
         os.kill(pid, signal.SIGKILL)
         at = time.time()
 
         def cleanup():
-            fleet.lf.wait_until(lambda: pid_of(ray.get_actor(actor, namespace="fabric")) != pid, f"{actor} back")
+            fleet.lf.wait_until(lambda: pid_of(ray.get_actor(actor, namespace=names.NAMESPACE)) != pid, f"{actor} back")
         return Fault(at, cleanup=cleanup)
     return fault
 
 
-def kill_nodes(*names: str):
+def kill_nodes(*node_names: str):
     def fault(fleet: Fleet):
-        for name in names:
+        for name in node_names:
             fleet.lf.kill_node(name)
         at = time.time()
-        fleet.lf.wait_until(lambda: not any(fleet.in_scheduler(n) for n in names), "the scheduler to drop the killed nodes")
+        fleet.lf.wait_until(lambda: not any(fleet.in_scheduler(n) for n in node_names), "the scheduler to drop the killed nodes")
         dropped = time.time()
 
         def cleanup():
-            for name in names:
+            for name in node_names:
                 fleet.lf.add_node(name)
-            fleet.lf.wait_until(lambda: all(fleet.in_scheduler(n) for n in names), "the killed nodes back in the scheduler")
+            fleet.lf.wait_until(lambda: all(fleet.in_scheduler(n) for n in node_names), "the killed nodes back in the scheduler")
         return Fault(at, cleanup=cleanup, recovered_at=dropped)
     return fault
 
 
 def _probe_pid(fleet: Fleet, name: str) -> int:
-    probe = ray.get_actor(f"fabric.probe.{fleet.lf.node(name).node_id}", namespace="fabric")
+    probe = ray.get_actor(names.probe_actor_name(fleet.lf.node(name).node_id), namespace=names.NAMESPACE)
     return ray.get(probe.info.remote(), timeout=30)["pid"]
 
 
@@ -276,7 +277,7 @@ def demote(name: str, recording: Path):
         saved = nvml.read_text()
         nvml.write_text(json.dumps({"error": "NVMLError_LibraryNotFound"}))
         node_id = fleet.lf.node(name).node_id
-        probe = ray.get_actor(f"fabric.probe.{node_id}", namespace="fabric")
+        probe = ray.get_actor(names.probe_actor_name(node_id), namespace=names.NAMESPACE)
         at = time.time()
         ray.get(probe.reprobe_now.remote(), timeout=60)
         fleet.lf.wait_until(lambda: all(r.tier.value != "gpu_cuda" for r in ray.get(fleet.sched().nodes.remote()) if r.name == name),
@@ -342,11 +343,11 @@ def main(argv: list[str] | None = None) -> int:
                 lf.add_node("fragile-gpu", recording=str(fragile))
                 fleet = Fleet(lf, work)
                 faults = {
-                    "scheduler_sigkill": lambda: run(fleet, "scheduler_sigkill", sigkill("fabric.scheduler", lambda h: ray.get(h.pid.remote(), timeout=10)),
+                    "scheduler_sigkill": lambda: run(fleet, "scheduler_sigkill", sigkill(names.SCHEDULER, lambda h: ray.get(h.pid.remote(), timeout=10)),
                                                      n=args.calls, duration_s=args.duration),
-                    "registry_sigkill": lambda: run(fleet, "registry_sigkill", sigkill("fabric.registry", lambda h: ray.get(h.ping.remote(), timeout=10)["pid"]),
+                    "registry_sigkill": lambda: run(fleet, "registry_sigkill", sigkill(names.REGISTRY, lambda h: ray.get(h.ping.remote(), timeout=10)["pid"]),
                                                     n=args.calls, duration_s=args.duration),
-                    "health_sigkill": lambda: run(fleet, "health_sigkill", sigkill("fabric.health", lambda h: ray.get(h.status.remote(), timeout=10)["pid"]),
+                    "health_sigkill": lambda: run(fleet, "health_sigkill", sigkill(names.HEALTH, lambda h: ray.get(h.status.remote(), timeout=10)["pid"]),
                                                   n=args.calls, duration_s=args.duration),
                     "node_kill_one": lambda: run(fleet, "node_kill_one", kill_nodes("cpu-only-box"), n=args.calls, duration_s=args.duration,
                                                  seconds=0.3),
