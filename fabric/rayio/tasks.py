@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from fabric.core import names
 from fabric.core.scheduling import NodeAssignment
 from fabric.core.tiers import TIERS_BEST_FIRST
-from fabric.rayio.worker_calls import wrap_for_fabric, wrap_leased, wrap_spilled
+from fabric.rayio.worker_calls import wrap_for_fabric, wrap_spilled
 
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.core.placement import Requirement
@@ -71,7 +71,7 @@ def spill_options(selector: dict[str, str], via: str | None, req: "Requirement",
 
 class FunctionRemotes:
     """The Ray remote functions of one user function, built once each: the placed one (gives its
-    reservation back), one per leased level (at or below ``min_tier``) and one per spilled
+    reservation back), the leased one (the function as it is) and one per spilled
     ``(min_rank, name)``; and the pickled function the dispatcher receives for queued calls."""
 
     __slots__ = ("fn", "_placed", "_leased", "_spilled", "_blob")
@@ -79,7 +79,7 @@ class FunctionRemotes:
     def __init__(self, fn: Callable) -> None:
         self.fn = fn
         self._placed: Any = None
-        self._leased: dict[bool, Any] = {}
+        self._leased: Any = None
         self._spilled: dict[tuple[int, str], Any] = {}
         self._blob: tuple[bytes, str] | None = None
 
@@ -88,11 +88,11 @@ class FunctionRemotes:
             self._placed = ray.remote(wrap_for_fabric(self.fn))
         return self._placed
 
-    def leased(self, fallback: bool) -> Any:
-        rf = self._leased.get(fallback)
-        if rf is None:
-            rf = self._leased[fallback] = ray.remote(wrap_leased(self.fn, fallback))
-        return rf
+    def leased(self) -> Any:
+        """A call on a leased slot runs the function as it is (its driver counts it)."""
+        if self._leased is None:
+            self._leased = ray.remote(self.fn)
+        return self._leased
 
     def spilled(self, min_rank: int, name: str) -> Any:
         rf = self._spilled.get((min_rank, name))
@@ -110,7 +110,7 @@ class FunctionRemotes:
 
 class CallPlan:
     """How calls of one function under one requirement class, retries and name go to Ray: each
-    set of options built once (per leased node and level, per spill target, per placed node)."""
+    set of options built once (per leased node, per spill target, per placed node)."""
 
     __slots__ = ("remotes", "req", "max_retries", "name", "_leased", "_spilled", "_placed", "_queued")
 
@@ -119,17 +119,17 @@ class CallPlan:
         self.req = req
         self.max_retries = max_retries
         self.name = name
-        self._leased: dict[tuple[str, bool, float], Any] = {}
+        self._leased: dict[tuple[str, float], Any] = {}
         self._spilled: dict[tuple[tuple, str | None], Any] = {}
         self._placed: dict[tuple[str, float], Any] = {}
         self._queued: tuple[Any, Any] | None = None
 
-    def leased(self, node_id: str, fallback: bool, gpus: float) -> Any:
+    def leased(self, node_id: str, gpus: float) -> Any:
         """What a call on a leased slot of ``node_id`` is submitted with (``.remote(*args)``)."""
-        key = (node_id, fallback, gpus)
+        key = (node_id, gpus)
         bound = self._leased.get(key)
         if bound is None:
-            bound = self._leased[key] = self.remotes.leased(fallback).options(
+            bound = self._leased[key] = self.remotes.leased().options(
                 **node_options(node_id, self.req, self.max_retries, self.name, gpus))
         return bound
 

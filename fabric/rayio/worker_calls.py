@@ -2,10 +2,11 @@
 
 - ``wrap_for_fabric``: a call the scheduler placed itself holds a reservation; the worker gives
   it back when the call ends (fire and forget).
-- ``wrap_leased`` and ``wrap_spilled``: a call under a client's lease (on a leased slot, or
-  spilled) counts itself where it ran, as a fallback when it ran below its ``min_tier``; a daemon
-  thread reports the counts to the scheduler when the worker goes quiet (``SpillCounts``). A
-  spilled call also refuses to start past its queue deadline.
+- ``wrap_spilled``: a spilled call (Ray queued it for the floor set) counts itself where it ran,
+  as a fallback when it ran below its ``min_tier``; a daemon thread reports the counts to the
+  scheduler when the worker goes quiet (``SpillCounts``). It also refuses to start past its queue
+  deadline. A call on a leased slot runs the user's function as it is: its driver counts it
+  (``fabric.runtime.counts``).
 
 The driver side (leases, routing, submission) is ``fabric.runtime.dispatch``.
 """
@@ -20,6 +21,7 @@ import ray
 
 from fabric.core import names
 from fabric.core.errors import CapacityError
+from fabric.core.scheduling.reports import CallCounts
 from fabric.core.tiers import ComputeTier
 
 _worker_scheduler = None
@@ -57,21 +59,6 @@ def wrap_for_fabric(fn: Callable) -> Callable:
     return run
 
 
-def wrap_leased(fn: Callable, fallback: bool) -> Callable:
-    """The function Ray runs for a call on a leased slot: it counts itself (``SpillCounts``), as a
-    fallback when its slot sits below its ``min_tier`` (the engine's word, which knows a demoted
-    node), then runs. It takes no argument of its own: every argument Ray serializes costs the
-    driver and the worker (a tuple of two cost ~70 µs each way per call, measured here), and the
-    slot's level is known when the options are built, so each level has its own function."""
-
-    def run(*args, **kwargs):
-        _count_call(fallback, time.time())
-        return fn(*args, **kwargs)
-
-    _name_like(run, fn)
-    return run
-
-
 def wrap_spilled(fn: Callable, min_rank: int, name: str) -> Callable:
     """The function Ray runs for a spilled call (queued by Ray for the floor set): its one argument
     of its own is its queue deadline (a float: the cheapest thing Ray serializes); past it the
@@ -95,38 +82,8 @@ def _name_like(run: Callable, fn: Callable) -> None:
     run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
 
 
-class SpillCounts:
-    """A worker's calls under leases (and fallbacks among them) not yet reported to the scheduler.
-
-    Every report is an actor call, which costs this machine about a third of a tiny task's CPU,
-    so a worker reports once it has gone quiet (no spilled call for ``QUIET_S``: the burst is
-    over), and during a long burst every ``EVERY_S``. Under load a worker often waits 50 ms or
-    more between two calls of one burst: with a 50 ms ``QUIET_S``, workers sent one report for
-    every eleven calls."""
-
-    QUIET_S = 0.5
-    EVERY_S = 2.0
-    POLL_S = 0.1
-
-    def __init__(self) -> None:
-        self.placed = self.fallbacks = 0
-        self.first = self.last = 0.0
-
-    def count(self, fallback: bool, now: float) -> None:
-        if not self.placed:
-            self.first = now
-        self.placed += 1
-        self.fallbacks += fallback
-        self.last = now
-
-    def take(self, now: float) -> tuple[int, int] | None:
-        """What to report now, if anything (and forget it)."""
-        if not self.placed or (now - self.last < self.QUIET_S and now - self.first < self.EVERY_S):
-            return None
-        out = (self.placed, self.fallbacks)
-        self.placed = self.fallbacks = 0
-        return out
-
+SpillCounts = CallCounts
+"""A worker's spilled calls not yet reported (the cadence is ``CallCounts``'s)."""
 
 _spill_counts = SpillCounts()
 _spill_flusher: threading.Thread | None = None

@@ -182,9 +182,14 @@ class FabricHandle:
 
     @property
     def fallback_count(self) -> int:
+        """Calls that ran below their ``min_tier``; this process's own calls on leased slots are
+        counted before it is read (``sessions.flush_calls``)."""
+        sessions.flush_calls()
         return int(self._get(self._actor(SCHEDULER).fallback_count.remote()))
 
     def metrics(self) -> dict[str, Any]:
+        """The scheduler's counters (this process's own calls on leased slots counted first)."""
+        sessions.flush_calls()
         return self._get(self._actor(SCHEDULER).metrics.remote())
 
     def cordon(self, node: str) -> str:

@@ -8,7 +8,8 @@
 
 Most calls skip step 1: a client holds a lease per requirement class (``fabric.runtime.leases``),
 renewed every health tick, and places calls on its slots itself, or spills them to Ray's queue for
-the floor set when they are full.
+the floor set when they are full. A call on a leased slot is counted here, where it is sent
+(``fabric.runtime.counts``); a spilled one by the worker that runs it.
 
 Node loss: the task is pinned *softly* (``NodeAffinitySchedulingStrategy(soft=True)``) and carries
 a label selector for every tier at or above its floor. While the chosen node lives, Ray keeps the
@@ -67,7 +68,7 @@ class Lease:
     def bind(self) -> None:
         """Look up (built once each by the plan) the options of the grant's nodes and spill."""
         st, plan = self.state, self.plan
-        self.bound = {n: plan.leased(n, st.fallback[n], st.gpus[n]) for n in st.order}
+        self.bound = {n: plan.leased(n, st.gpus[n]) for n in st.order}
         self.spill = plan.spilled(st.spill, st.spill_via) if st.spill is not None else None
 
 
@@ -157,10 +158,12 @@ def submit(fn: Callable, req: "Requirement", opts: "DispatchOptions", name: str,
                 timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else s.queue_timeout_s
                 ref = lease.spill.remote(time.time() + timeout, *args, **kwargs)
                 st.spilled_call(ref, now)
+                s.calls.spilled = True
                 return ref
             if where is not None:
                 ref = lease.bound[where].remote(*args, **kwargs)
                 st.started(where, ref)
+                s.calls.count(st.fallback[where], now)
                 return ref
     return submit_placed(s, plan, opts, args, kwargs)
 

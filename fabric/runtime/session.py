@@ -14,12 +14,15 @@ a session needs one.
 
 from __future__ import annotations
 
+import atexit
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from fabric.core.errors import SchedulerUnavailableError
 from fabric.core.names import DISPATCHER, SCHEDULER
+from fabric.runtime.counts import EXIT_WAIT_S, CallReporter
 
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.core.settings import FabricSettings
@@ -28,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 ANSWER_TIMEOUT_S = 10.0
 """How long a caller waits for the scheduler's answer (a lease, a placement) before
 ``SchedulerUnavailableError``. It answers in milliseconds; a restart takes a second or two."""
+EXIT_FLUSH_S = 2.0
+"""How long an exiting process waits for the scheduler to take its last call counts."""
 
 
 class Session:
@@ -54,6 +59,14 @@ class Session:
         """The scheduler's default queue timeout (asked when connecting)."""
         self.answer_timeout_s = ANSWER_TIMEOUT_S
         self.lock = threading.Lock()
+        self.calls = CallReporter(self._report_calls)
+        """This session's calls on leased slots, counted when sent (``fabric.runtime.counts``)."""
+
+    def _report_calls(self, placed: int, fallbacks: int) -> Any:
+        sched = self.scheduler
+        if sched is None:
+            raise SchedulerUnavailableError("not connected to the fabric's scheduler", what="report")
+        return sched.report_calls.remote(placed, fallbacks)
 
     @property
     def connected(self) -> bool:
@@ -89,6 +102,10 @@ class Session:
             self.dispatcher = disp
             self.leases = {}
             self.scheduler = sched
+        # Ray shuts down at exit through its own atexit hook, registered by ``ray.init``; ours is
+        # (re-)registered after it, so it runs first, while the scheduler can still be reached.
+        atexit.unregister(_at_exit)
+        atexit.register(_at_exit)
         return self
 
     def disconnect(self) -> None:
@@ -97,6 +114,7 @@ class Session:
         with self.lock:
             self.scheduler = self.dispatcher = None
             self.leases = {}
+            self.calls.take_all()  # the scheduler they were for is gone, and its counters with it
 
 
 _current: Session | None = None
@@ -118,6 +136,8 @@ def session(driver: Any = None) -> Session:
         d = driver if driver is not None else (s.driver if s is not None else _new_driver())
         key = d.session_key()
         if s is None or s.driver is not d or s.key is not key:
+            if s is not None:
+                s.calls.close()  # its Ray session is gone: so is the scheduler its counts were for
             s = _current = Session(d, key)
         return s
 
@@ -158,8 +178,39 @@ def driver() -> Any:
     return s.driver if s is not None else _new_driver()
 
 
+def flush_calls(timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    """Send the connected session's counted calls to the scheduler and wait until it took them:
+    a metrics read in this process then counts every call this process sent (see
+    ``fabric.runtime.counts``). Best effort: a scheduler that does not answer is not waited for."""
+    s = _current
+    if s is None or not s.connected:
+        return
+    ref = s.calls.flush()
+    if ref is not None:
+        try:
+            s.driver.answer(ref, timeout_s)
+        except Exception:  # counts are best effort; the read that follows reports what it can
+            pass
+
+
+def _at_exit() -> None:
+    """At exit, before Ray's shutdown: the last counts go out, and a session that spilled calls
+    gives their workers the time they take to report (``EXIT_WAIT_S``)."""
+    s = _current
+    try:
+        if s is None or not s.connected:
+            return
+        flush_calls(EXIT_FLUSH_S)
+        if s.calls.spilled:
+            time.sleep(EXIT_WAIT_S)
+    except Exception:  # never stand in the way of an exit
+        pass
+
+
 def end() -> None:
     """Forget the current session (tests that made one with a fake driver call this)."""
     global _current
     with _lock:
+        if _current is not None:
+            _current.calls.close()
         _current = None

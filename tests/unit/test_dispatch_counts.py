@@ -1,10 +1,12 @@
-"""What a call carries and how it counts itself (issue 11): every call under a lease counts once,
-where it ran, as a fallback when it ran below its ``min_tier``; GPU work asks Ray for its GPUs."""
+"""What a call carries and how it is counted (issue 11): every call under a lease counts once, as a
+fallback when it ran below its ``min_tier`` (a call on a leased slot by its driver, when sent; a
+spilled call by its worker, where it ran); GPU work asks Ray for its GPUs."""
 
 import pytest
 
 from fabric import CapacityError, Requirement
 from fabric.rayio import tasks, worker_calls
+from fabric.core.scheduling import LeaseGrant, LeaseSlot
 from fabric.core.tiers import ComputeTier
 
 
@@ -17,11 +19,102 @@ def counts(monkeypatch):
     return fresh
 
 
-def test_calls_on_leased_slots_count_with_their_slots_fallback(counts):
-    double = lambda x: x * 2  # noqa: E731
-    assert worker_calls.wrap_leased(double, False)(2) == 4  # a slot at min_tier
-    assert worker_calls.wrap_leased(double, True)(3) == 6  # a slot below it (say, on a node the engine demoted)
-    assert (counts.placed, counts.fallbacks) == (2, 1)
+class Ref:
+    def _on_completed(self, callback) -> None:
+        pass
+
+
+class Recorder:
+    """A remote function, a scheduler and a driver seam at once: records what the session sends."""
+
+    def __init__(self, grant: LeaseGrant) -> None:
+        self.grant = grant
+        self.reports: list[tuple[int, int]] = []
+        self.submitted = 0
+        self.lease = self.report_calls = self
+
+    # the remote functions a plan binds, and the scheduler's actor methods, all end in .remote()
+    def leased(self):
+        return self
+
+    def spilled(self, min_rank, name):
+        return self
+
+    def options(self, **kwargs):
+        return self
+
+    def remote(self, *args, **kwargs):
+        if len(args) == 2 and all(isinstance(a, int) for a in args) and not kwargs:  # report_calls(placed, fallbacks)
+            self.reports.append(args)
+        elif len(args) == 5:  # lease(lease_id, req, holding, want, release)
+            pass
+        else:
+            self.submitted += 1
+        return Ref()
+
+    # the driver seam
+    def session_key(self):
+        return None
+
+    def answer(self, ref, timeout_s):
+        return self.grant
+
+    def when_done(self, ref, callback) -> None:
+        pass
+
+    def all_finished(self, refs) -> bool:
+        return False
+
+
+def test_calls_on_leased_slots_are_counted_by_their_driver_with_their_slots_fallback():
+    """Counted when sent, in the driver (whose process outlives the call): a slot at ``min_tier``
+    counts a placement, a slot below it (say, on a node the engine demoted) a fallback too."""
+    from fabric.runtime import dispatch
+    from fabric.runtime.client import DispatchOptions
+    from fabric.runtime.session import Session
+
+    a, b = "aa" * 28, "bb" * 28
+    grant = LeaseGrant("c:0", (LeaseSlot(a, 1), LeaseSlot(b, 2, fallback_levels=1)), {}, 60.0)
+    rec = Recorder(grant)
+    s = Session(rec, None)
+    s.scheduler = rec
+    s.remotes[double] = rec
+    s.calls.close()  # no reporting thread: this test looks at what is sent, and when
+    req = Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg")
+    try:
+        for x in range(3):  # one on a, two on b
+            dispatch.submit(double, req, DispatchOptions(on_no_capacity="raise"), "double", (x,), {}, s)
+        assert rec.submitted == 3 and rec.reports == []  # nothing sent per call: reported in batches
+        s.calls.flush()
+        assert rec.reports == [(3, 2)]
+        s.calls.flush()
+        assert rec.reports == [(3, 2)]  # reported once
+    finally:
+        s.calls.close()
+
+
+def double(x):
+    return x * 2
+
+
+def test_counts_that_could_not_be_sent_are_kept_for_the_next_report():
+    from fabric.runtime.counts import CallReporter
+
+    sent, fail = [], [True]
+
+    def send(placed, fallbacks):
+        if fail[0]:
+            raise RuntimeError("the scheduler is restarting")
+        sent.append((placed, fallbacks))
+        return "ref"
+
+    r = CallReporter(send)
+    r.close()  # no reporting thread: this test sends by hand
+    r.count(True, 0.0)
+    assert r.flush() is None and sent == []
+    fail[0] = False
+    r.count(False, 0.1)
+    assert r.flush() == "ref" and sent == [(2, 1)]
 
 
 def test_spilled_calls_count_by_their_nodes_label_and_refuse_to_start_late(counts):

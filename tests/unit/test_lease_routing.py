@@ -67,7 +67,7 @@ class RecordingRemotes:
     def __init__(self) -> None:
         self.rf = RecordingRemote()
 
-    def leased(self, fallback):
+    def leased(self):
         return self.rf
 
     def spilled(self, min_rank, name):

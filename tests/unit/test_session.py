@@ -123,8 +123,8 @@ class FakeRemotes:
 
         return Counting(self.fn, kind)
 
-    def leased(self, fallback):
-        return self._bound(f"leased:{fallback}")
+    def leased(self):
+        return self._bound("leased")
 
     def spilled(self, min_rank, name):
         return self._bound("spilled")
@@ -188,19 +188,19 @@ def test_ray_options_are_built_once_per_function_class_and_node(fake):
     af = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: x)
     refs = [call(s, af, i) for i in range(50)]
     kinds = [r.ran[1] for r in refs]
-    assert kinds[0] == "leased:False" and set(kinds[1:]) == {"spilled"}  # one slot on A, then Ray's queue
+    assert kinds[0] == "leased" and set(kinds[1:]) == {"spilled"}  # one slot on A, then Ray's queue
     assert [r.ran[2] for r in refs[:2]] == [(0,), (refs[1].ran[2][0], 1)]  # a spilled call's one own argument: its deadline
     assert isinstance(refs[1].ran[2][0], float)
     assert len(FakeRemotes.built) == 2  # A's options and the spill's, for fifty calls
     strategies = {b[1]: b[2] for b in FakeRemotes.built}
-    assert (strategies["leased:False"].node_id, strategies["leased:False"].soft) == (A, True)
+    assert (strategies["leased"].node_id, strategies["leased"].soft) == (A, True)
     assert (strategies["spilled"].node_id, strategies["spilled"]._spill_on_unavailable) == (B, True)
     lease = next(iter(s.leases.values()))
     lease.take(LeaseGrant(lease.state.lease_id, (LeaseSlot(A, 1),), dict(SELECTOR), 1.0, spill_via=B))  # next tick's grant
     assert len(FakeRemotes.built) == 2  # the same nodes and spill: nothing built again
     lease.take(LeaseGrant(lease.state.lease_id, (LeaseSlot(A, 1), LeaseSlot(B, 1, fallback_levels=1)), dict(SELECTOR), 1.0,
                           spill_via=B))
-    assert len(FakeRemotes.built) == 3 and FakeRemotes.built[-1][1] == "leased:True"  # a new node: its options, once
+    assert len(FakeRemotes.built) == 3 and FakeRemotes.built[-1][1] == "leased"  # a new node: its options, once
 
 
 def test_two_functions_of_one_name_and_class_each_run_their_own_code(fake):
