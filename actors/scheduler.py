@@ -24,6 +24,7 @@ from typing import Any, Callable
 import ray
 
 from actors.fleet_feed import FleetFeed
+from actors.jobs import JobRunner
 from fabric.core.errors import CapacityError, MessageError
 from fabric.core.placement import PlacementContext, Requirement
 from fabric.core.scheduling import messages as msg
@@ -60,7 +61,7 @@ class Scheduler:
 
     def __init__(self, settings: dict | None = None, tick_s: float | None = None, *, feed: Any = None,
                  metrics: MetricsSink | None = None, clock: Callable[[], float] = time.monotonic,
-                 run_loop: bool = True) -> None:
+                 run_loop: bool = True, jobs: Any = None) -> None:
         self.settings = FabricSettings.load(settings or {})
         self.core = SchedulerCore(self.settings, clock=clock)
         self.feed = feed if feed is not None else FleetFeed(self.settings)
@@ -70,6 +71,9 @@ class Scheduler:
         self._outsiders_sent: dict[str, Any] | None = None
         self._started = time.time()
         self._ready = asyncio.Event()
+        self.jobs: JobRunner | None = jobs(self) if callable(jobs) else (
+            _job_runner(self) if jobs is None and run_loop else jobs)
+        """The long-running jobs (``actors.jobs.JobRunner``); None in unit tests that drive no jobs."""
         self._loop_task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -86,6 +90,8 @@ class Scheduler:
         """One tick of the loop: follow the feed, then let time pass in the core."""
         await self._sync()
         self._handle(Tick())
+        if self.jobs is not None:
+            self.jobs.tick()
 
     async def _sync(self) -> None:
         """One poll of the feed, each change handed to the core as a stimulus."""
@@ -98,6 +104,8 @@ class Scheduler:
             stimulus = stimulus_for(change)
             if stimulus is not None:
                 self._carry_out(self.core.handle(stimulus))
+            if change.kind == "lost" and self.jobs is not None:
+                self.jobs.node_lost(change.node_id)
         if changes:
             self._export_gauges()
         self._ready.set()
@@ -219,7 +227,38 @@ class Scheduler:
     def metrics(self) -> dict[str, Any]:
         m = self.core.metrics()
         m["uptime_s"] = round(time.time() - self._started, 3)
+        if self.jobs is not None:
+            m.update(self.jobs.metrics())
         return m
+
+    # -- long-running jobs (actors.jobs.JobRunner) --------------------------------------------------------
+    def _runner(self) -> JobRunner:
+        if self.jobs is None:
+            raise MessageError("jobs", "this scheduler runs no jobs", None)
+        return self.jobs
+
+    async def submit_job(self, spec: Any, cls_blob: bytes, args_blob: bytes, job_id: str | None = None) -> str:
+        """Add a job (a decorated class's instance): placed by the engine now, started on its node."""
+        await self._until_ready()
+        if job_id is not None:
+            job_id = msg.read_id("job_id", job_id)
+        return self._runner().submit(spec, cls_blob, args_blob, job_id)
+
+    def stop_job(self, job_id: str) -> str:
+        return self._runner().stop(msg.read_id("job_id", job_id))
+
+    def job_status(self, job_id: str) -> Any:
+        return self._runner().status(msg.read_id("job_id", job_id))
+
+    def job_statuses(self) -> list[Any]:
+        return self._runner().statuses()
+
+    def job_instance(self, job_id: str) -> dict:
+        return self._runner().instance(msg.read_id("job_id", job_id))
+
+    def job_events(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
+        since = msg.read_count("since", since, 2**63 - 1)
+        return self._runner().events_since(since, list(kinds) if kinds else None)
 
     def stimulus_log(self) -> list[dict[str, Any]]:
         """The core's last stimuli (kind, id, time), oldest first: what the scheduler reacted to."""
@@ -270,6 +309,20 @@ class Scheduler:
             sink.gauge("fabric_utilization", t["utilization"], tags={"tier": tier}, description="running / slots per compute tier")
         sink.gauge("fabric_fallbacks", snap["fallbacks"], description="placements made below their min_tier")
         sink.gauge("fabric_queue_depth", snap["queue_depth"], description="calls waiting for capacity")
+
+
+def _job_runner(scheduler: "Scheduler") -> JobRunner:
+    """The job runner of a scheduler actor: its store beside the registry's (``<store>.jobs.db``)."""
+    from pathlib import Path
+
+    from actors.registry import default_store_path
+    from fabric.rayio.adapter import RayAdapter
+    from fabric.rayio.instances import InstanceLauncher
+    from fabric.store.jobs import JobStore
+
+    configured = scheduler.settings.store.path
+    base = Path(configured).expanduser() if configured else default_store_path(RayAdapter().gcs_address())
+    return JobRunner(scheduler, JobStore(base.with_name(base.stem + ".jobs.db")), InstanceLauncher())
 
 
 def _log_failure(task: asyncio.Task) -> None:

@@ -24,6 +24,9 @@ from fabric.core.capabilities import (
 from fabric.core.errors import (
     CapacityError,
     FabricError,
+    InvalidSpecError,
+    JobNotFoundError,
+    JobUnavailableError,
     MessageError,
     NodeNotFoundError,
     ProbeError,
@@ -55,6 +58,11 @@ _LAZY: dict[str, str] = {
     "down": "fabric.runtime.control",
     "FabricHandle": "fabric.runtime.control",
     "NodeAssignment": "fabric.core.scheduling",
+    "JobSpec": "fabric.core.jobs",
+    "JobState": "fabric.core.jobs",
+    "BundleState": "fabric.core.jobs",
+    "JobStatus": "fabric.core.jobs.book",
+    "JobHandle": "fabric.runtime.jobs",
 }
 
 
@@ -68,7 +76,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CapacityError", "ComputeTier", "FabricError", "MessageError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
+    "CapacityError", "ComputeTier", "FabricError", "InvalidSpecError", "JobNotFoundError", "JobUnavailableError", "MessageError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
     "GpuInfo", "GpuVendor", "Limitations", "NodeCapabilities", "NodeNotFoundError", "ProbeError",
     "RegistrationError", "RequirementError", "SchedulerUnavailableError", "SettingsConflictError", "SettingsError", "SettingsProblem", "StorageInfo",
     "StorageKind", "TailnetInfo", "TransitionError", *_LAZY,

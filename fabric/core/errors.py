@@ -203,3 +203,47 @@ class MessageError(FabricError, ValueError):
 
 def _rebuild_kw(cls: type[FabricError], message: str, data: dict[str, Any]) -> FabricError:
     return cls(message, **data)
+
+
+class InvalidSpecError(FabricError, ValueError):
+    """A job (or bundle) no node would fix: its constructor refused its arguments, or the spec is
+    inconsistent. Raised by a job's ``__init__``, it is terminal on the first time (seed 000's
+    ``JOB_REJECTED_INVALID_SPEC``), with the job's own message as the reason. ``field`` names the
+    part of a bundle or job at fault when the fabric raises it."""
+
+    field: str
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message, field=field)
+
+    def __reduce__(self):
+        return (_rebuild_kw, (InvalidSpecError, self.message, self._data))
+
+
+class JobUnavailableError(FabricError):
+    """A job had no running instance to take a call: none came up within ``call_timeout_s`` (it is
+    recovering, or it stopped, was dropped or failed), or the instance a call was in flight on died."""
+
+    job_id: str
+    state: str
+
+    def __init__(self, message: str, *, job_id: str = "", state: str = "") -> None:
+        super().__init__(message, job_id=job_id, state=state)
+
+    def __reduce__(self):
+        return (_rebuild_kw, (JobUnavailableError, self.message, self._data))
+
+
+class JobNotFoundError(FabricError, KeyError):
+    """No job (or bundle) has this id."""
+
+    job_id: str
+
+    def __init__(self, message: str, *, job_id: str = "") -> None:
+        super().__init__(message, job_id=job_id)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):
+        return (_rebuild_kw, (JobNotFoundError, self.message, self._data))

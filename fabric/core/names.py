@@ -21,6 +21,14 @@ def probe_actor_name(node_id: str) -> str:
     return f"{PROBE_PREFIX}{node_id}"
 
 
+JOB_PREFIX = "fabric.job."
+"""A job's instance is the detached actor ``fabric.job.<job id>.<instance key>`` (``job_actor_name``)."""
+
+
+def job_actor_name(job_id: str, instance_key: str) -> str:
+    return f"{JOB_PREFIX}{job_id}.{instance_key}"
+
+
 # -- Ray labels (Ray reserves ``ray.io/``; ours live under ``fabric.io/``) ------------------------------------
 LABEL_PREFIX = "fabric.io/"
 TIER_LABEL = f"{LABEL_PREFIX}tier"

@@ -185,11 +185,24 @@ class _Adaptive:
             if len(args) == 1 and callable(args[0]) and not options:
                 raise RequirementError("min_tier", "@adaptive.remote needs arguments: min_tier=... or operation=...", None)
             raise RequirementError("arguments", "pass decorator arguments by keyword", args)
-        build_requirement(options)  # fail at decoration time on any bad argument
-        build_dispatch_options(options)
+        from fabric.runtime.jobs import JOB_ARGS
 
-        def decorate(fn: Callable) -> AdaptiveFunction:
-            return AdaptiveFunction(fn, options)
+        task_options = {k: v for k, v in options.items() if k not in JOB_ARGS or k == "name"}
+        build_requirement(task_options)  # fail at decoration time on any bad argument
+        build_dispatch_options(task_options)
+
+        def decorate(target: Callable) -> Any:
+            if isinstance(target, type):  # a class: a long-running job (fabric.runtime.jobs)
+                from fabric.runtime.jobs import AdaptiveClass, job_spec, unknown_for_jobs
+
+                unknown_for_jobs(options)
+                req = build_requirement({k: v for k, v in options.items() if k not in JOB_ARGS})
+                return AdaptiveClass(target, job_spec(target, req, options), options)
+            job_only = sorted(set(options) & (JOB_ARGS - {"name"}))
+            if job_only:
+                raise RequirementError(job_only[0], "is a job argument: it applies to a decorated class, not a function",
+                                       options[job_only[0]])
+            return AdaptiveFunction(target, options)
 
         return decorate
 

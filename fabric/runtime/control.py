@@ -192,6 +192,26 @@ class FabricHandle:
         sessions.flush_calls()
         return self._get(self._actor(SCHEDULER).metrics.remote())
 
+    # -- long-running jobs -------------------------------------------------------------------------------
+    def jobs(self) -> list[Any]:
+        """Every job the scheduler keeps (``JobStatus``), oldest first."""
+        return self._get(self._actor(SCHEDULER).job_statuses.remote())
+
+    def job(self, job_id: str) -> Any:
+        """One job's ``JobStatus`` (``JobNotFoundError`` for an unknown id)."""
+        return self._get(self._actor(SCHEDULER).job_status.remote(job_id))
+
+    def job_handle(self, job_id: str) -> Any:
+        """A ``JobHandle`` to call a job by id (from another process, say)."""
+        from fabric.runtime.jobs import JobHandle
+
+        st = self.job(job_id)
+        return JobHandle(st.job_id, st.name)
+
+    def job_events(self, since: int = 0, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Job and bundle events after number ``since`` (each: seq, kind, at, data)."""
+        return self._get(self._actor(SCHEDULER).job_events.remote(since, list(kinds) if kinds else None))
+
     def cordon(self, node: str) -> str:
         sched = self._scheduler()
         if sched is not None:

@@ -1,0 +1,372 @@
+"""JobRunner: the scheduler's long-running work, carried out (seed 000's jobs and bundles on Ray).
+
+The decisions are ``fabric.core.jobs.JobBook``'s; this class does what they ask, inside the
+scheduler actor (one event loop, no locks): a placement goes to the scheduler's own core (the
+same engine, filters and key as a task, with the job's context), an instance is started through
+``fabric.rayio.instances.InstanceLauncher`` and watched by one asyncio task (an outstanding
+``__fabric_watch__`` call, and ``__fabric_health__`` pings when the class has the hook), slots go
+back to the core, events go to the job event log. Every change is written to the ``JobStore``
+before the next tick.
+
+Restart: a scheduler that comes back (SIGKILL, node loss) reads every job and bundle back from
+the store; after its fleet's first sync (``resume``) it looks each bound instance up by name: a
+live one is watched again and its slot reserved again in the core, a missing one died while
+nobody watched and is recovered by its policy. No job runs twice (instances are named, one per
+key, and looked up before anything is started), none is forgotten (the store has them all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import pickle
+import time
+import uuid
+from typing import Any, Callable
+
+from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
+from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
+from fabric.core.jobs.book import (
+    Instruction, JobEvent, JobStatus, PlaceJob, ReleaseSlot, StartInstance, StopInstance, instance_key, summarize,
+)
+from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
+from fabric.store.jobs import JobStore
+
+WATCH_S = 30.0
+"""How long one watch call waits before it returns ``alive`` and is asked again."""
+START_TIMEOUT_S = 120.0
+"""How long an instance may take to come up (Ray's placement and the constructor) before it is
+counted as failed to start."""
+STOP_GRACE_S = 10.0
+"""How long ``__fabric_stop__`` may take before the instance is killed."""
+MAX_EVENTS = 10_000
+
+
+class JobRunner:
+    """The jobs of one scheduler (see the module docstring). ``scheduler`` is the ``Scheduler``
+    whose core places them; ``launcher`` the Ray seam; ``clock`` wall time (restart histories
+    outlive a process, so they are kept in wall-clock seconds)."""
+
+    def __init__(self, scheduler: Any, store: JobStore, launcher: Any, clock: Callable[[], float] = time.time) -> None:
+        self.scheduler = scheduler
+        self.store = store
+        self.launcher = launcher
+        self.clock = clock
+        self.book = JobBook(scheduler.settings.failure)
+        self.payloads: dict[str, tuple[bytes, bytes]] = {}
+        """Per job: the pickled class and the pickled constructor arguments."""
+        self.watches: dict[str, asyncio.Task] = {}
+        """Per instance key: the task that watches it."""
+        self.handles: dict[str, Any] = {}
+        self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
+        self.seq = store.last_event()
+        self._new_events: list[tuple[int, bytes]] = []
+        self.resumed = False
+        self.counters: collections.Counter = collections.Counter()
+        self._gpus: dict[str, float] = {}
+        """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
+        self._load()
+
+    # -- the store ------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        for bundle_id, blob in self.store.bundles():
+            try:
+                b = pickle.loads(blob)
+                rec = self.book.add_bundle(bundle_id, b["bundle"])
+                rec.state, rec.reasons, rec.jobs = b["state"], list(b["reasons"]), dict(b["jobs"])
+            except Exception as exc:  # an unreadable row: say so, keep the rest
+                print(f"[fabric.jobs] bundle {bundle_id!r} could not be read back: {type(exc).__name__}: {exc}")
+        for job_id, blob in self.store.jobs():
+            try:
+                rec: JobRecord = pickle.loads(blob)
+                self.book.adopt(rec)
+            except Exception as exc:
+                print(f"[fabric.jobs] job {job_id!r} could not be read back: {type(exc).__name__}: {exc}")
+        for seq, blob in self.store.events(max(0, self.seq - MAX_EVENTS)):
+            try:
+                self.events.append(pickle.loads(blob))
+            except Exception:
+                pass
+        self.book.dirty.clear()
+        self.book.dirty_bundles.clear()
+
+    def _payload(self, job_id: str) -> tuple[bytes, bytes] | None:
+        p = self.payloads.get(job_id)
+        if p is None:
+            raw = self.store.payload(job_id)
+            if raw is not None:
+                p = self.payloads[job_id] = pickle.loads(raw)
+        return p
+
+    def persist(self, new_payloads: dict[str, tuple[bytes, bytes]] | None = None) -> None:
+        """Write what changed (jobs, bundles, events) in one transaction each."""
+        new_payloads = new_payloads or {}
+        jobs = []
+        for job_id in sorted(self.book.dirty):
+            rec = self.book.jobs.get(job_id)
+            payload = new_payloads.get(job_id)
+            jobs.append((job_id, None if rec is None else pickle.dumps(rec),
+                         None if payload is None else pickle.dumps(payload)))
+        bundles = []
+        for bundle_id in sorted(self.book.dirty_bundles):
+            b = self.book.bundles.get(bundle_id)
+            bundles.append((bundle_id, None if b is None else pickle.dumps(
+                {"bundle": b.bundle, "state": b.state, "reasons": b.reasons, "jobs": b.jobs})))
+        self.book.dirty.clear()
+        self.book.dirty_bundles.clear()
+        if jobs or bundles:
+            self.store.write(jobs, bundles)
+        if self._new_events:
+            self.store.append_events(self._new_events)
+            self._new_events = []
+
+    # -- carrying out ---------------------------------------------------------------------------------
+    def carry_out(self, instructions: list[Instruction]) -> None:
+        """Do what the book asked, in order; what comes of a placement goes back to the book now."""
+        queue = collections.deque(instructions)
+        while queue:
+            ins = queue.popleft()
+            if isinstance(ins, PlaceJob):
+                queue.extend(self._place(ins))
+            elif isinstance(ins, StartInstance):
+                self._start(ins)
+            elif isinstance(ins, StopInstance):
+                self._spawn(self._stop(ins), ins.binding.instance_key + ":stop")
+            elif isinstance(ins, ReleaseSlot):
+                self.scheduler._handle(SlotsReleased((ins.allocation_id,)))
+            elif isinstance(ins, JobEvent):
+                self.emit(ins.kind, ins.data)
+
+    def _place(self, ins: PlaceJob) -> list[Instruction]:
+        now = self.clock()
+        s = PlaceRequested(ins.requirement, ins.context)
+        try:
+            out = self.scheduler.core.handle(s)
+            a = reply(out, s.stimulus_id)
+        except Exception as exc:  # a requirement the settings refuse, a hard one nobody serves
+            self.counters["placements_failed"] += 1
+            return self.book.unplaced(ins.job_id, f"{type(exc).__name__}: {exc}", now)
+        if a is None or a.status != "assigned":
+            return self.book.unplaced(ins.job_id, getattr(a, "reason", "no capacity") or "no capacity", now)
+        rec = self.book.jobs[ins.job_id]
+        key = instance_key(rec.replica, uuid.uuid4().hex[:8])
+        self._gpus[key] = a.ray_gpus
+        return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self._where)
+
+    def _where(self, node_id: str) -> tuple[str | None, str | None] | None:
+        rec = self.scheduler.core.fleet.get(node_id)
+        return None if rec is None else (rec.zone, rec.cloud)
+
+    def _start(self, ins: StartInstance) -> None:
+        rec = self.book.jobs.get(ins.job_id)
+        payload = self._payload(ins.job_id)
+        b = ins.binding
+        if rec is None or payload is None:
+            self.carry_out(self.book.died(ins.job_id, b.instance_key, self.clock(), reason="nothing to start it from",
+                                          invalid_spec="the job's class and arguments are not in the store"))
+            return
+        try:
+            handle = self.launcher.start(ins.job_id, b.instance_key, b.node_id, payload[0], payload[1],
+                                         rec.spec.requirement, self._gpus.pop(b.instance_key, 0.0))
+        except Exception as exc:  # the class cannot be loaded here, or Ray refused the options
+            self.carry_out(self.book.died(ins.job_id, b.instance_key, self.clock(),
+                                          invalid_spec=f"cannot start: {type(exc).__name__}: {exc}"))
+            return
+        self.handles[b.instance_key] = handle
+        self._spawn(self._watch(ins.job_id, b.instance_key, handle, starting=True), b.instance_key)
+
+    def _spawn(self, coro: Any, key: str) -> None:
+        task = asyncio.get_event_loop().create_task(coro)
+        if not key.endswith(":stop"):
+            old = self.watches.pop(key, None)
+            if old is not None:
+                old.cancel()
+            self.watches[key] = task
+        task.add_done_callback(lambda t, key=key: self._done(t, key))
+
+    def _done(self, task: asyncio.Task, key: str) -> None:
+        if self.watches.get(key) is task:
+            del self.watches[key]
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            print(f"[fabric.jobs] {key}: {type(exc).__name__}: {exc}")
+
+    async def _watch(self, job_id: str, key: str, handle: Any, starting: bool) -> None:
+        """Watch one instance until it ends; tell the book what happened."""
+        if starting:
+            try:
+                err = await asyncio.wait_for(handle.__fabric_started__.remote(), START_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                self.launcher.kill(handle)
+                return self._died(job_id, key, False, f"did not come up within {START_TIMEOUT_S:g} s")
+            except Exception as exc:
+                fate = self.launcher.death(exc)
+                return self._died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc))
+            if err is not None:
+                kind, message = err
+                self.launcher.kill(handle)
+                return self._died(job_id, key, False, message, invalid=message if kind == "invalid_spec" else None)
+            self._apply(self.book.started(job_id, key, self.clock()))
+        rec = self.book.jobs.get(job_id)
+        spec = rec.spec if rec is not None else JobSpec("job")
+        payload = self._payload(job_id)
+        has_health = payload is not None and self.launcher.has_health(payload[0])
+        failures = 0
+        while True:
+            watch = handle.__fabric_watch__.remote(min(WATCH_S, spec.health_period_s) if has_health else WATCH_S)
+            try:
+                answer = await watch
+            except Exception as exc:
+                fate = self.launcher.death(exc)
+                if fate is None:  # unavailable for a moment: look again
+                    await asyncio.sleep(0.5)
+                    continue
+                return self._died(job_id, key, fate[1], fate[2])
+            if answer == "stopped":
+                self.launcher.kill(handle)
+                return self._died(job_id, key, False, "stopped")
+            if has_health:
+                try:
+                    await asyncio.wait_for(handle.__fabric_ping__.remote(), spec.health_timeout_s)
+                    failures = 0
+                except Exception:
+                    failures += 1
+                    if failures >= spec.health_failures:
+                        self.launcher.kill(handle)
+                        return self._died(job_id, key, False, f"unhealthy: {failures} health checks failed")
+
+    def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
+        self.handles.pop(key, None)
+        self._apply(self.book.died(job_id, key, self.clock(), reason=reason, preempted=preempted, invalid_spec=invalid))
+
+    async def _stop(self, ins: StopInstance) -> None:
+        handle = self.handles.get(ins.binding.instance_key) or self.launcher.find(ins.job_id, ins.binding.instance_key)
+        if handle is not None:
+            if ins.graceful:
+                try:
+                    await asyncio.wait_for(handle.__fabric_shutdown__.remote(), STOP_GRACE_S)
+                except Exception:
+                    pass
+            self.launcher.kill(handle)
+        watch = self.watches.pop(ins.binding.instance_key, None)
+        if watch is not None:
+            watch.cancel()
+        self._died(ins.job_id, ins.binding.instance_key, False, "stopped")
+
+    def _apply(self, instructions: list[Instruction]) -> None:
+        self.carry_out(instructions)
+        self.persist()
+
+    # -- events -----------------------------------------------------------------------------------------
+    def emit(self, kind: str, data: dict) -> None:
+        self.seq += 1
+        event = {"seq": self.seq, "kind": kind, "at": self.clock(), "data": dict(data)}
+        self.events.append(event)
+        self._new_events.append((self.seq, pickle.dumps(event)))
+        self.counters[f"events_{kind}"] += 1
+        if kind == "job_state" and data.get("to") == "recovering":
+            self.counters["job_restarts"] += 1
+        if kind == "job_dropped":
+            self.counters["jobs_dropped"] += 1
+        elif kind == "bundle_broken":
+            self.counters["bundles_broken"] += 1
+        elif kind == "job_rejected":
+            self.counters["jobs_rejected"] += 1
+
+    def metrics(self) -> dict[str, Any]:
+        """Seed 000's job and bundle counters, and jobs per state."""
+        states = collections.Counter(r.state.value for r in self.book.jobs.values())
+        return {"jobs_rejected": self.counters["jobs_rejected"], "jobs_dropped": self.counters["jobs_dropped"],
+                "bundles_broken": self.counters["bundles_broken"],
+                "broken_bundle_ids": sorted(b.bundle_id for b in self.book.bundles.values() if b.state == "broken"),
+                "job_restarts": self.counters["job_restarts"], "jobs": dict(states)}
+
+    def events_since(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
+        return [e for e in self.events if e["seq"] > since and (not kinds or e["kind"] in kinds)]
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Called every scheduler tick (after the fleet sync): resume once, then place what is due."""
+        if not self.resumed:
+            self.resume()
+        self._apply(self.book.due(self.clock(), self._where))
+
+    def resume(self) -> None:
+        """After a restart: watch live instances again, recover the ones that died meanwhile."""
+        self.resumed = True
+        now = self.clock()
+        out: list[Instruction] = []
+        for rec in self.book.bound():
+            b = rec.binding
+            assert b is not None
+            handle = self.launcher.find(rec.job_id, b.instance_key)
+            if rec.state == JobState.STOPPING:
+                out.append(StopInstance(rec.job_id, b, graceful=False))
+                continue
+            if handle is None:
+                out += self.book.died(rec.job_id, b.instance_key, now, reason="instance gone while the scheduler was away")
+                continue
+            self._reserve_again(rec)
+            self.handles[b.instance_key] = handle
+            self._spawn(self._watch(rec.job_id, b.instance_key, handle, starting=rec.state == JobState.STARTING),
+                        b.instance_key)
+        self._apply(out)
+
+    def _reserve_again(self, rec: JobRecord) -> None:
+        """A live instance found after a restart holds its slot again in the core (pinned)."""
+        b = rec.binding
+        assert b is not None
+        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self._where, target_node=b.node_id))
+        try:
+            a = reply(self.scheduler.core.handle(s), s.stimulus_id)
+        except Exception:
+            a = None
+        rec.binding = type(b)(b.node_id, b.instance_key, a.allocation_id if a is not None and a.status == "assigned" else None)
+        self.book.dirty.add(rec.job_id)
+
+    def node_lost(self, node_id: str) -> None:
+        self._apply(self.book.node_lost(node_id, self.clock()))
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,
+               bundle_id: str | None = None, replica: int = 0, dormant: bool = False) -> str:
+        if not isinstance(spec, JobSpec):
+            raise MessageError("spec", "must be a fabric JobSpec", type(spec).__name__)
+        for name, blob in (("cls_blob", cls_blob), ("args_blob", args_blob)):
+            if not isinstance(blob, bytes) or len(blob) > 64 * 1024 * 1024:
+                raise MessageError(name, "must be bytes, at most 64 MiB", type(blob).__name__)
+        self.scheduler.core.check_requirement(spec.requirement)
+        job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
+        if job_id in self.book.jobs:
+            raise InvalidSpecError(f"a job {job_id!r} exists already", field="job_id")
+        self.payloads[job_id] = (cls_blob, args_blob)
+        self.book.add(job_id, spec, self.clock(), bundle_id=bundle_id, replica=replica, dormant=dormant)
+        self.persist({job_id: (cls_blob, args_blob)})
+        if self.resumed:
+            self._apply(self.book.due(self.clock(), self._where))
+        return job_id
+
+    def stop(self, job_id: str) -> str:
+        self._apply(self.book.stop(job_id, self.clock()))
+        return self.book.job(job_id).state.value
+
+    def status(self, job_id: str) -> JobStatus:
+        return summarize(self.book.job(job_id), self.clock())
+
+    def statuses(self) -> list[JobStatus]:
+        now = self.clock()
+        return [summarize(r, now) for r in sorted(self.book.jobs.values(), key=lambda r: (r.created_at, r.job_id))]
+
+    def instance(self, job_id: str) -> dict:
+        """What a handle needs to call the job: its state, and its instance's actor name when running."""
+        from fabric.core.names import job_actor_name
+
+        rec = self.book.jobs.get(job_id)
+        if rec is None:
+            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+        b = rec.binding
+        running = rec.state == JobState.RUNNING and b is not None
+        return {"state": rec.state.value, "terminal": rec.terminal, "reason": rec.reason,
+                "actor": job_actor_name(job_id, b.instance_key) if running and b else None,
+                "instance_key": b.instance_key if b else None, "node_id": b.node_id if b else None,
+                "call_timeout_s": rec.spec.call_timeout_s}

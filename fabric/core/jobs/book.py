@@ -1,0 +1,402 @@
+"""The jobs the scheduler keeps, as decisions: ``JobBook`` (pure; every call is given ``now``).
+
+The book holds every job (``JobRecord``: its spec, state, binding to a node and instance, restart
+history) and every bundle the jobs belong to. Each call says what happened (a job was added, the
+engine placed it, its instance started, died, stopped; a node left; time passed) and returns the
+instructions for the scheduler actor to carry out, in order: place a job, start or stop an
+instance, give a slot back, emit an event. The actor does the I/O (Ray, the store) and reports
+what came of it with the next call; the book never waits and never reads a clock.
+
+Recovery follows ``fabric.core.jobs.restarts``: the node a job died on is excluded from its next
+placement, spares are ranked by its policy, attempts are ``min_recovery_interval_s`` apart, and
+past the ceiling an essential job breaks its bundle (every other job of it stops; nothing of it is
+placed again until the bundle is updated) while a non-essential one is dropped alone.
+
+Instance keys (``primary@3f9c1e2a``) name one instance of a job; a report about an instance that
+is no longer the job's (a late death of an instance already replaced) changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from fabric.core.errors import JobNotFoundError
+from fabric.core.jobs.restarts import Restart, ceiling, restarts_last_hour, verdict
+from fabric.core.jobs.spec import JobSpec
+from fabric.core.jobs.states import JOB_LIFECYCLE, LIVE_STATES, JobState
+from fabric.core.placement import Peer, PlacementContext
+
+HISTORY = 50
+"""State changes kept per job (its ``history``)."""
+RETRY_S = 1.0
+"""How soon a job no node could take is placed again (capacity may have come)."""
+REPLICA_NAMES = ("primary", "backup")
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """Where a job's instance lives: the node, the instance's key, the engine's allocation."""
+
+    node_id: str
+    instance_key: str
+    allocation_id: int | None = None
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    spec: JobSpec
+    created_at: float
+    bundle_id: str | None = None
+    replica: int = 0
+    state: JobState = JobState.PENDING
+    binding: Binding | None = None
+    restarts: list[Restart] = field(default_factory=list)
+    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    """``(at, state, reason)`` per change, newest last."""
+    not_before: float = 0.0
+    """The next placement attempt waits until then."""
+    exclude: frozenset[str] = frozenset()
+    """Nodes the next placement keeps away from (where it just died)."""
+    recovering: bool = False
+    last_attempt: float | None = None
+    dormant: bool = False
+    """A ``start_mode="manual"`` job not started yet (or stopped for future placement)."""
+    reason: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return JOB_LIFECYCLE.is_terminal(self.state)
+
+    def restarts_last_hour(self, now: float) -> int:
+        return restarts_last_hour(self.restarts, now)
+
+
+@dataclass
+class BundleRecord:
+    bundle_id: str
+    bundle: Any
+    """The ``fabric.core.jobs.bundles.Bundle`` (its rules build each job's context)."""
+    state: str = "live"
+    reasons: list[str] = field(default_factory=list)
+    jobs: dict[tuple[int, str], str] = field(default_factory=dict)
+    """``(replica, job name)`` -> job id."""
+
+
+# -- instructions ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PlaceJob:
+    job_id: str
+    requirement: Any
+    context: PlacementContext
+
+
+@dataclass(frozen=True, slots=True)
+class StartInstance:
+    job_id: str
+    binding: Binding
+
+
+@dataclass(frozen=True, slots=True)
+class StopInstance:
+    job_id: str
+    binding: Binding
+    graceful: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSlot:
+    allocation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    kind: str
+    """``job_state``, ``job_dropped``, ``job_rejected``, ``bundle_broken``, ``resilience_degraded``, ``placement_failed``."""
+    data: dict
+
+
+Instruction = PlaceJob | StartInstance | StopInstance | ReleaseSlot | JobEvent
+Where = Callable[[str], tuple[str | None, str | None] | None]
+"""A node's ``(zone, cloud)``, or None for a node the fleet does not hold."""
+
+
+class JobBook:
+    """Every job and bundle, and what to do next (see the module docstring)."""
+
+    def __init__(self, failure_settings: Any) -> None:
+        self.failure = failure_settings
+        self.jobs: dict[str, JobRecord] = {}
+        self.bundles: dict[str, BundleRecord] = {}
+        self.dirty: set[str] = set()
+        """Jobs changed since the actor last persisted (it clears the set)."""
+        self.dirty_bundles: set[str] = set()
+
+    # -- lookups ----------------------------------------------------------------------------------
+    def job(self, job_id: str) -> JobRecord:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+        return rec
+
+    def on_node(self, node_id: str) -> list[JobRecord]:
+        return [j for j in self.jobs.values() if j.binding is not None and j.binding.node_id == node_id]
+
+    def bound(self) -> list[JobRecord]:
+        return [j for j in self.jobs.values() if j.binding is not None]
+
+    # -- changes ----------------------------------------------------------------------------------
+    def _move(self, rec: JobRecord, to: JobState, now: float, reason: str = "") -> list[Instruction]:
+        if rec.state == to:
+            return []
+        JOB_LIFECYCLE.check(f"job {rec.job_id}", rec.state, to, reason)
+        frm, rec.state, rec.reason = rec.state, to, reason
+        rec.history.append((now, to.value, reason))
+        self.dirty.add(rec.job_id)
+        return [JobEvent("job_state", {"job_id": rec.job_id, "from": frm.value, "to": to.value, "reason": reason,
+                                       "bundle_id": rec.bundle_id})]
+
+    def add(self, job_id: str, spec: JobSpec, now: float, *, bundle_id: str | None = None, replica: int = 0,
+            dormant: bool = False) -> list[Instruction]:
+        """A new job: placed now unless dormant (its first placement uses the launch spare policy)."""
+        rec = JobRecord(job_id, spec, now, bundle_id=bundle_id, replica=replica, dormant=dormant)
+        rec.history.append((now, rec.state.value, "created"))
+        self.jobs[job_id] = rec
+        self.dirty.add(job_id)
+        if bundle_id is not None and bundle_id in self.bundles:
+            self.bundles[bundle_id].jobs[(replica, spec.name)] = job_id
+        return []
+
+    def add_bundle(self, bundle_id: str, bundle: Any) -> BundleRecord:
+        rec = self.bundles.get(bundle_id)
+        if rec is None:
+            rec = self.bundles[bundle_id] = BundleRecord(bundle_id, bundle)
+        else:
+            rec.bundle = bundle
+        self.dirty_bundles.add(bundle_id)
+        return rec
+
+    def due(self, now: float, where: Where) -> list[Instruction]:
+        """Placements to try now: pending or recovering jobs past their ``not_before`` whose
+        bundle is live, primaries before backups (a backup's resilience rule needs its primary)."""
+        out: list[Instruction] = []
+        for rec in sorted(self.jobs.values(), key=lambda j: (j.replica, j.created_at, j.job_id)):
+            if rec.state not in (JobState.PENDING, JobState.RECOVERING) or rec.dormant or now < rec.not_before:
+                continue
+            b = self.bundles.get(rec.bundle_id) if rec.bundle_id else None
+            if b is not None and b.state != "live":
+                continue
+            rec.last_attempt = now
+            out.append(PlaceJob(rec.job_id, rec.spec.requirement, self.context(rec, where)))
+        return out
+
+    def context(self, rec: JobRecord, where: Where, *, target_node: str | None = None,
+                exclude: Iterable[str] = ()) -> PlacementContext:
+        """The engine's context for ``rec``'s next placement."""
+        excl = frozenset(rec.exclude) | frozenset(exclude)
+        b = self.bundles.get(rec.bundle_id) if rec.bundle_id else None
+        if b is None:
+            return PlacementContext(job=rec.spec.name, job_id=rec.job_id, recovering=rec.recovering,
+                                    on_runtime_failure=rec.spec.on_runtime_failure if rec.recovering else "avoid_spare",
+                                    template=rec.spec.template, exclude_nodes=excl, target_node=target_node)
+        peers = []
+        for (replica, name), jid in b.jobs.items():
+            other = self.jobs.get(jid)
+            if replica != rec.replica or jid == rec.job_id or other is None or other.binding is None:
+                continue
+            zone = (where(other.binding.node_id) or (None, None))[0]
+            peers.append(Peer(name, other.binding.node_id, zone, other.spec.rule_less))
+        twin = self.jobs.get(b.jobs.get((1 - rec.replica, rec.spec.name), ""))
+        other_node = twin.binding.node_id if twin is not None and twin.binding is not None else None
+        zone, cloud = (where(other_node) or (None, None)) if other_node else (None, None)
+        return b.bundle.context(rec.replica, rec.spec.name, peers=tuple(peers), other_node=other_node,
+                                other_zone=zone, other_cloud=cloud, recovering=rec.recovering,
+                                exclude_nodes=excl, target_node=target_node)
+
+    def placed(self, job_id: str, node_id: str, allocation_id: int | None, instance_key: str, now: float,
+               where: Where | None = None) -> list[Instruction]:
+        """The engine placed the job: its instance is created on ``node_id``."""
+        rec = self.job(job_id)
+        if rec.state not in (JobState.PENDING, JobState.RECOVERING):  # stopped meanwhile: give it back
+            return [ReleaseSlot(allocation_id)] if allocation_id is not None else []
+        rec.binding = Binding(node_id, instance_key, allocation_id)
+        out = self._move(rec, JobState.STARTING, now, f"placed on {node_id[:12]}")
+        if where is not None:
+            out += self._resilience(rec, where)
+        return out + [StartInstance(job_id, rec.binding)]
+
+    def _resilience(self, rec: JobRecord, where: Where) -> list[Instruction]:
+        """A ``resilience_degraded`` event when this copy sits in a failure domain its bundle's
+        policy forbids sharing with the other copy (best-effort: it was placed anyway)."""
+        b = self.bundles.get(rec.bundle_id) if rec.bundle_id else None
+        pol = getattr(b.bundle, "resilience", None) if b is not None else None
+        twin = self.jobs.get(b.jobs.get((1 - rec.replica, rec.spec.name), "")) if b is not None else None
+        if pol is None or twin is None or twin.binding is None or rec.binding is None:
+            return []
+        mine, theirs = where(rec.binding.node_id) or (None, None), where(twin.binding.node_id) or (None, None)
+        violated = []
+        if pol.same_node == "forbid" and rec.binding.node_id == twin.binding.node_id:
+            violated.append("same_node")
+        if pol.same_zone == "forbid" and mine[0] is not None and mine[0] == theirs[0]:
+            violated.append("same_zone")
+        if pol.same_cloud == "forbid" and mine[1] is not None and mine[1] == theirs[1]:
+            violated.append("same_cloud")
+        if not violated:
+            return []
+        return [JobEvent("resilience_degraded", {"bundle_id": rec.bundle_id, "job": rec.spec.name, "job_id": rec.job_id,
+                                                 "replica": rec.replica, "violated": violated,
+                                                 "node_id": rec.binding.node_id})]
+
+    def unplaced(self, job_id: str, reason: str, now: float) -> list[Instruction]:
+        """No node could take the job now: it is tried again after ``RETRY_S``."""
+        rec = self.job(job_id)
+        rec.not_before = now + RETRY_S
+        return [JobEvent("placement_failed", {"job_id": job_id, "reason": reason, "bundle_id": rec.bundle_id})]
+
+    def started(self, job_id: str, instance_key: str, now: float) -> list[Instruction]:
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.binding is None or rec.binding.instance_key != instance_key or rec.state != JobState.STARTING:
+            return []
+        rec.exclude, rec.recovering = frozenset(), False
+        return self._move(rec, JobState.RUNNING, now, f"running on {rec.binding.node_id[:12]}")
+
+    def died(self, job_id: str, instance_key: str, now: float, *, reason: str = "", preempted: bool = False,
+             invalid_spec: str | None = None) -> list[Instruction]:
+        """The job's instance ``instance_key`` died (its actor or its node): recover by its policy,
+        or end it (and break its bundle, for an essential job)."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.binding is None or rec.binding.instance_key != instance_key:
+            return []  # an instance already replaced, or a job already gone
+        binding = rec.binding
+        out: list[Instruction] = [ReleaseSlot(binding.allocation_id)] if binding.allocation_id is not None else []
+        rec.binding = None
+        self.dirty.add(job_id)
+        if rec.state == JobState.STOPPING:
+            return out + self._move(rec, JobState.STOPPED, now, "stopped")
+        spec = rec.spec
+        v = verdict(policy=spec.on_runtime_failure, essential=spec.essential, history=rec.restarts, now=now,
+                    max_per_hour=ceiling(spec.max_restarts_per_hour, spec.on_runtime_failure, self.failure),
+                    min_interval_s=getattr(self.failure, "min_recovery_interval_s", 5.0), preempted=preempted,
+                    invalid_spec=invalid_spec, last_attempt=rec.restarts[-1].at if rec.restarts else None)
+        if invalid_spec is not None:
+            out.append(JobEvent("job_rejected", {"job_id": job_id, "reason": invalid_spec, "bundle_id": rec.bundle_id}))
+        if v.action == "recover":
+            rec.restarts.append(Restart(v.not_before, v.counted))
+            rec.not_before, rec.recovering = v.not_before, True
+            rec.exclude = frozenset({binding.node_id})
+            return out + self._move(rec, JobState.RECOVERING, now, f"{reason or 'died'}; {v.reason}")
+        if v.action == "drop":
+            return out + self._move(rec, JobState.DROPPED, now, v.reason) + [
+                JobEvent("job_dropped", {"job_id": job_id, "reason": v.reason, "bundle_id": rec.bundle_id})]
+        out += self._move(rec, JobState.FAILED, now, v.reason)
+        if rec.bundle_id is None or rec.bundle_id not in self.bundles:  # a job of its own: it alone ends
+            return out
+        return out + self.break_bundle(rec.bundle_id, f"{spec.name} (replica {rec.replica}): {v.reason}", now)
+
+    def break_bundle(self, bundle_id: str, reason: str, now: float) -> list[Instruction]:
+        """An essential job was lost: the bundle is broken, every other job of it stops, and
+        nothing of it is placed until it is updated."""
+        b = self.bundles[bundle_id]
+        out: list[Instruction] = []
+        if b.state != "broken":
+            b.state = "broken"
+            b.reasons.append(reason)
+            self.dirty_bundles.add(bundle_id)
+            out.append(JobEvent("bundle_broken", {"bundle_id": bundle_id, "reason": reason}))
+        for jid in b.jobs.values():
+            rec = self.jobs.get(jid)
+            if rec is not None and not rec.terminal:
+                out += self.stop(jid, now, reason="bundle broken")
+        return out
+
+    def node_lost(self, node_id: str, now: float, *, preempted: bool = False) -> list[Instruction]:
+        """A node left the fleet: every job bound there died with it."""
+        out: list[Instruction] = []
+        for rec in self.on_node(node_id):
+            assert rec.binding is not None
+            out += self.died(rec.job_id, rec.binding.instance_key, now, reason=f"node {node_id[:12]} lost",
+                             preempted=preempted)
+        return out
+
+    def stop(self, job_id: str, now: float, *, reason: str = "stopped by request") -> list[Instruction]:
+        """Stop the job: its instance ends (gracefully); a job with none stops at once."""
+        rec = self.job(job_id)
+        if rec.terminal or rec.state == JobState.STOPPING:
+            return []
+        out = self._move(rec, JobState.STOPPING, now, reason)
+        if rec.binding is None:
+            return out + self._move(rec, JobState.STOPPED, now, reason)
+        return out + [StopInstance(job_id, rec.binding)]
+
+    def stopped(self, job_id: str, instance_key: str, now: float) -> list[Instruction]:
+        """A stopped instance ended (the same as its death, for a job that is stopping)."""
+        return self.died(job_id, instance_key, now, reason="stopped")
+
+    def forget(self, job_id: str) -> None:
+        """Drop a terminal job from the book (a deleted bundle's)."""
+        self.jobs.pop(job_id, None)
+        self.dirty.add(job_id)
+
+    def adopt(self, rec: JobRecord) -> None:
+        """A job read back from the store (a scheduler restart)."""
+        self.jobs[rec.job_id] = rec
+        if rec.bundle_id is not None and rec.bundle_id in self.bundles:
+            self.bundles[rec.bundle_id].jobs[(rec.replica, rec.spec.name)] = rec.job_id
+
+    def validate_state(self) -> list[str]:
+        """What is inconsistent (empty when nothing): every live job is bound, no terminal or
+        waiting job is, at most one job per instance key, a bundle's jobs point back at it."""
+        problems = []
+        keys: dict[str, str] = {}
+        for rec in self.jobs.values():
+            if rec.state in LIVE_STATES and rec.binding is None:
+                problems.append(f"job {rec.job_id} is {rec.state} with no binding")
+            if rec.binding is not None and (rec.terminal or rec.state in (JobState.PENDING, JobState.RECOVERING)):
+                problems.append(f"job {rec.job_id} is {rec.state} but bound to {rec.binding.node_id}")
+            if rec.binding is not None:
+                other = keys.setdefault(rec.binding.instance_key, rec.job_id)
+                if other != rec.job_id:
+                    problems.append(f"instance key {rec.binding.instance_key} bound to {other} and {rec.job_id}")
+        for b in self.bundles.values():
+            for (replica, name), jid in b.jobs.items():
+                member = self.jobs.get(jid)
+                if member is not None and (member.bundle_id != b.bundle_id or member.replica != replica
+                                           or member.spec.name != name):
+                    problems.append(f"bundle {b.bundle_id} names job {jid} as {replica}/{name} but it is not")
+        return problems
+
+
+def instance_key(replica: int, token: str) -> str:
+    """``primary@3f9c1e2a``: the replica's name and a token for one instance."""
+    return f"{REPLICA_NAMES[replica] if 0 <= replica < len(REPLICA_NAMES) else replica}@{token}"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job as the operator sees it (``FabricHandle.jobs()`` / ``.job(id)``)."""
+
+    job_id: str
+    name: str
+    state: JobState
+    bundle_id: str | None = None
+    replica: int = 0
+    binding: Binding | None = None
+    restarts_last_hour: int = 0
+    reason: str = ""
+    history: tuple[tuple[float, str, str], ...] = ()
+
+    @property
+    def node_id(self) -> str | None:
+        return self.binding.node_id if self.binding else None
+
+    @property
+    def instance_key(self) -> str | None:
+        return self.binding.instance_key if self.binding else None
+
+
+def summarize(rec: JobRecord, now: float) -> JobStatus:
+    """The ``JobStatus`` of one record."""
+    return JobStatus(rec.job_id, rec.spec.name, rec.state, rec.bundle_id, rec.replica, rec.binding,
+                     rec.restarts_last_hour(now), rec.reason, tuple(tuple(h) for h in rec.history))

@@ -1,0 +1,237 @@
+"""A job's instances on Ray: the actor class built around the user's class, and its launch.
+
+``instance_class(cls)`` is the user's class with the fabric's hooks, each in a concurrency group
+of its own (``fabric``) so they never wait behind, or run beside, the user's methods (which keep
+Ray's default: one at a time, in order):
+
+- ``__init__`` unpickles the constructor arguments and runs the user's constructor; a constructor
+  that raises does not kill the actor: ``__fabric_started__`` reports it (``InvalidSpecError``
+  as ``("invalid_spec", message)``, anything else as ``("init_failed", message)``), so the
+  scheduler tells a spec no node would fix from a failure another node might not have;
+- ``__fabric_watch__(timeout_s)``: the scheduler's outstanding watch call. It returns ``alive``
+  every ``timeout_s`` (so a call abandoned by a scheduler that restarted frees its thread) and
+  ``stopped`` once a stop was asked; while it is out, the instance's death reaches the scheduler
+  as the call's ``ActorDiedError`` (``preempted`` when Ray drained the node for preemption);
+- ``__fabric_ping__``: the class's ``__fabric_health__()`` when it has one;
+- ``__fabric_shutdown__``: the class's ``__fabric_stop__()`` when it has one, then the watch ends.
+
+``InstanceLauncher`` starts an instance as a detached, named actor hard-pinned to its node with
+``max_restarts=0`` (the fabric, never Ray, restarts jobs), one ``fabric.slots`` and the job's
+CPUs, memory and GPUs; finds one by name; and kills one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from typing import Any
+
+import ray
+from ray import cloudpickle
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from fabric.core import names
+from fabric.core.errors import InvalidSpecError
+
+GROUP = "fabric"
+GROUP_SIZE = 8
+"""Threads (or coroutines) of the hooks' group: a watch, a start check, a ping, a shutdown, and
+room for watch calls abandoned by a restarted scheduler until they return."""
+
+
+def _is_async(cls: type) -> bool:
+    return any(inspect.iscoroutinefunction(v) or inspect.isasyncgenfunction(v)
+               for k in dir(cls) if not k.startswith("__") for v in [getattr(cls, k, None)])
+
+
+def _start(self: Any, cls: type, blob: bytes) -> None:
+    self._fabric_error = None
+    try:
+        args, kwargs = cloudpickle.loads(blob)
+        cls.__init__(self, *args, **kwargs)
+    except InvalidSpecError as exc:
+        self._fabric_error = ("invalid_spec", str(exc) or type(exc).__name__)
+    except Exception as exc:  # reported by __fabric_started__; the scheduler recovers by policy
+        self._fabric_error = ("init_failed", f"{type(exc).__name__}: {exc}")
+
+
+def instance_class(cls: type) -> type:
+    """The actor class of ``cls``'s instances (see the module docstring)."""
+    if _is_async(cls):
+        class AsyncInstance(cls):  # type: ignore[valid-type, misc]
+            def __init__(self, __fabric_blob: bytes) -> None:
+                self._fabric_stop = asyncio.Event()
+                _start(self, cls, __fabric_blob)
+
+            @ray.method(concurrency_group=GROUP)
+            async def __fabric_started__(self) -> Any:
+                return self._fabric_error
+
+            @ray.method(concurrency_group=GROUP)
+            async def __fabric_watch__(self, timeout_s: float) -> str:
+                try:
+                    await asyncio.wait_for(self._fabric_stop.wait(), timeout_s)
+                    return "stopped"
+                except asyncio.TimeoutError:
+                    return "alive"
+
+            @ray.method(concurrency_group=GROUP)
+            async def __fabric_ping__(self) -> Any:
+                hook = getattr(self, "__fabric_health__", None)
+                if hook is None:
+                    return None
+                out = hook()
+                return await out if inspect.isawaitable(out) else out
+
+            @ray.method(concurrency_group=GROUP)
+            async def __fabric_shutdown__(self) -> None:
+                hook = getattr(self, "__fabric_stop__", None)
+                try:
+                    if hook is not None:
+                        out = hook()
+                        if inspect.isawaitable(out):
+                            await out
+                finally:
+                    self._fabric_stop.set()
+
+        out: type = AsyncInstance
+    else:
+        class Instance(cls):  # type: ignore[valid-type, misc]
+            def __init__(self, __fabric_blob: bytes) -> None:
+                self._fabric_stop = threading.Event()
+                _start(self, cls, __fabric_blob)
+
+            @ray.method(concurrency_group=GROUP)
+            def __fabric_started__(self) -> Any:
+                return self._fabric_error
+
+            @ray.method(concurrency_group=GROUP)
+            def __fabric_watch__(self, timeout_s: float) -> str:
+                return "stopped" if self._fabric_stop.wait(timeout_s) else "alive"
+
+            @ray.method(concurrency_group=GROUP)
+            def __fabric_ping__(self) -> Any:
+                hook = getattr(self, "__fabric_health__", None)
+                return None if hook is None else hook()
+
+            @ray.method(concurrency_group=GROUP)
+            def __fabric_shutdown__(self) -> None:
+                hook = getattr(self, "__fabric_stop__", None)
+                try:
+                    if hook is not None:
+                        hook()
+                finally:
+                    self._fabric_stop.set()
+
+        out = Instance
+    out.__name__ = out.__qualname__ = getattr(cls, "__name__", "Job")
+    out.__module__ = getattr(cls, "__module__", out.__module__)
+    return out
+
+
+class InstanceLauncher:
+    """Starts, finds and kills job instances (the Ray side of ``actors.jobs.JobRunner``)."""
+
+    namespace = names.NAMESPACE
+
+    def __init__(self) -> None:
+        self._classes: dict[bytes, tuple[type, Any]] = {}
+
+    def _loaded(self, cls_blob: bytes) -> tuple[type, Any]:
+        """The user's class and its instances' Ray actor class (built once per class)."""
+        got = self._classes.get(cls_blob)
+        if got is None:
+            if len(self._classes) > 1024:
+                self._classes.clear()
+            cls = cloudpickle.loads(cls_blob)
+            got = self._classes[cls_blob] = (cls, ray.remote(concurrency_groups={GROUP: GROUP_SIZE})(instance_class(cls)))
+        return got
+
+    def actor_class(self, cls_blob: bytes) -> Any:
+        return self._loaded(cls_blob)[1]
+
+    def has_health(self, cls_blob: bytes) -> bool:
+        """Whether the class defines ``__fabric_health__`` (its instances are pinged)."""
+        try:
+            return hasattr(self._loaded(cls_blob)[0], "__fabric_health__")
+        except Exception:
+            return False
+
+    def start(self, job_id: str, instance_key: str, node_id: str, cls_blob: bytes, args_blob: bytes, req: Any,
+              gpus: float = 0.0) -> Any:
+        """Create the instance ``instance_key`` of ``job_id`` on ``node_id``; returns its handle."""
+        opts: dict[str, Any] = {
+            "name": names.job_actor_name(job_id, instance_key), "namespace": self.namespace, "lifetime": "detached",
+            "max_restarts": 0, "max_task_retries": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
+            "resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus,
+        }
+        if req.memory_mib:
+            opts["memory"] = int(req.memory_mib * 1024 * 1024)
+        if gpus:
+            opts["num_gpus"] = gpus
+        return self.actor_class(cls_blob).options(**opts).remote(args_blob)
+
+    def find(self, job_id: str, instance_key: str) -> Any | None:
+        """The live instance's handle, or None when there is none (it died, or never started)."""
+        try:
+            return ray.get_actor(names.job_actor_name(job_id, instance_key), namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def kill(self, handle: Any) -> None:
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # already gone
+            pass
+
+    @staticmethod
+    def death(exc: BaseException) -> tuple[bool, bool, str] | None:
+        """``(dead, preempted, reason)`` for an error a watch call ended with; None when the error
+        says nothing of the instance's fate (look again)."""
+        if isinstance(exc, ray.exceptions.ActorUnavailableError):
+            return None
+        if isinstance(exc, ray.exceptions.RayActorError):
+            return True, bool(getattr(exc, "preempted", False)), _first_line(exc)
+        return True, False, f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def pickle_by_value(obj: Any) -> bytes:
+    """``obj`` (a user's class, its arguments) pickled so that a process that cannot import the
+    user's modules can load it: the module that defines a class is pickled by value, as Ray does
+    for ``__main__``."""
+    import sys
+
+    module = sys.modules.get(getattr(obj, "__module__", "") or "")
+    registered = False
+    if inspect.isclass(obj) and module is not None and _is_user_module(module):
+        try:
+            cloudpickle.register_pickle_by_value(module)
+            registered = True
+        except ValueError:  # already registered
+            pass
+    try:
+        return cloudpickle.dumps(obj)
+    finally:
+        if registered:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _is_user_module(module: Any) -> bool:
+    """A module of the user's own code: not the fabric's, Ray's, or an installed package's."""
+    import sysconfig
+
+    name = getattr(module, "__name__", "")
+    if name == "__main__" or not getattr(module, "__file__", None):
+        return False  # __main__ is by value already; a built-in has no file
+    if name.split(".")[0] in ("fabric", "actors", "probes", "ray"):
+        return False
+    path = str(module.__file__)
+    return not any(path.startswith(p) for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                                                 sysconfig.get_paths()["stdlib"]})
