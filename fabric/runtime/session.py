@@ -63,8 +63,10 @@ class Session:
         """This session's calls on leased slots, counted when sent (``fabric.runtime.counts``)."""
 
     def _report_calls(self, placed: int, fallbacks: int) -> Any:
+        # Only on this session's own Ray connection: after ``ray.shutdown()`` an actor call would
+        # connect Ray again (Ray initializes itself on a ``.remote()``), from the reporting thread.
         sched = self.scheduler
-        if sched is None:
+        if sched is None or not self.connected:
             raise SchedulerUnavailableError("not connected to the fabric's scheduler", what="report")
         return sched.report_calls.remote(placed, fallbacks)
 

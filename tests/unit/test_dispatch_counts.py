@@ -133,3 +133,22 @@ def test_gpu_work_asks_ray_for_the_gpus_the_scheduler_says():
     assert tasks.base_options(req, 3, "t", 0.5)["num_gpus"] == 0.5
     opts = tasks.base_options(Requirement(min_tier="relay", memory_mib=64), 3, "t")
     assert opts["resources"] == {"fabric.slots": 1} and opts["memory"] == 64 * 1024 * 1024
+
+
+def test_counts_are_never_sent_once_the_ray_session_is_gone():
+    """After ``ray.shutdown()`` an actor call would connect Ray again (from the reporting thread,
+    in the middle of a cluster's shutdown): the session sends nothing then and keeps the counts."""
+    from fabric.runtime.session import Session
+
+    rec = Recorder(LeaseGrant("c:0", (), {}, 60.0))
+    key = object()
+    rec.session_key = lambda: key  # connected to this Ray session
+    s = Session(rec, key)
+    s.scheduler = rec
+    s.calls.close()
+    s.calls.count(False, 0.0)
+    rec.session_key = lambda: None  # ray.shutdown()
+    assert s.calls.flush() is None and rec.reports == []
+    rec.session_key = lambda: key
+    s.calls.flush()
+    assert rec.reports == [(1, 0)]
