@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from actors.bundle_ops import BundleOps
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
 from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
 from fabric.core.jobs.book import (
@@ -42,7 +43,7 @@ STOP_GRACE_S = 10.0
 MAX_EVENTS = 10_000
 
 
-class JobRunner:
+class JobRunner(BundleOps):
     """The jobs of one scheduler (see the module docstring). ``scheduler`` is the ``Scheduler``
     whose core places them; ``launcher`` the Ray seam; ``clock`` wall time (restart histories
     outlive a process, so they are kept in wall-clock seconds)."""
@@ -139,7 +140,11 @@ class JobRunner:
 
     def _place(self, ins: PlaceJob) -> list[Instruction]:
         now = self.clock()
-        s = PlaceRequested(ins.requirement, ins.context)
+        rec = self.book.jobs.get(ins.job_id)
+        if rec is None:
+            return []
+        ctx = ins.context if ins.context is not None else self.book.context(rec, self._where)
+        s = PlaceRequested(ins.requirement, ctx)
         try:
             out = self.scheduler.core.handle(s)
             a = reply(out, s.stimulus_id)
@@ -148,7 +153,6 @@ class JobRunner:
             return self.book.unplaced(ins.job_id, f"{type(exc).__name__}: {exc}", now)
         if a is None or a.status != "assigned":
             return self.book.unplaced(ins.job_id, getattr(a, "reason", "no capacity") or "no capacity", now)
-        rec = self.book.jobs[ins.job_id]
         key = instance_key(rec.replica, uuid.uuid4().hex[:8])
         self._gpus[key] = a.ray_gpus
         return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self._where)
@@ -290,6 +294,7 @@ class JobRunner:
         if not self.resumed:
             self.resume()
         self._apply(self.book.due(self.clock(), self._where))
+        self.reap_deleted()
 
     def resume(self) -> None:
         """After a restart: watch live instances again, recover the ones that died meanwhile."""
@@ -329,7 +334,7 @@ class JobRunner:
 
     # -- requests -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,
-               bundle_id: str | None = None, replica: int = 0, dormant: bool = False) -> str:
+               bundle_id: str | None = None, replica: int = 0, dormant: bool = False, place: bool = True) -> str:
         if not isinstance(spec, JobSpec):
             raise MessageError("spec", "must be a fabric JobSpec", type(spec).__name__)
         for name, blob in (("cls_blob", cls_blob), ("args_blob", args_blob)):
@@ -342,7 +347,7 @@ class JobRunner:
         self.payloads[job_id] = (cls_blob, args_blob)
         self.book.add(job_id, spec, self.clock(), bundle_id=bundle_id, replica=replica, dormant=dormant)
         self.persist({job_id: (cls_blob, args_blob)})
-        if self.resumed:
+        if self.resumed and place:
             self._apply(self.book.due(self.clock(), self._where))
         return job_id
 

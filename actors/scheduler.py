@@ -256,6 +256,43 @@ class Scheduler:
     def job_instance(self, job_id: str) -> dict:
         return self._runner().instance(msg.read_id("job_id", job_id))
 
+    async def create_bundle(self, blob: bytes) -> Any:
+        await self._until_ready()
+        return self._runner().create_bundle(blob)
+
+    async def update_bundle(self, blob: bytes) -> Any:
+        await self._until_ready()
+        return self._runner().update_bundle(blob)
+
+    def delete_bundle(self, bundle_id: str) -> Any:
+        return self._runner().delete_bundle(msg.read_id("bundle_id", bundle_id))
+
+    def bundle_status(self, bundle_id: str) -> Any:
+        return self._runner().bundle_status(msg.read_id("bundle_id", bundle_id))
+
+    def bundle_statuses(self) -> list[Any]:
+        return self._runner().bundle_statuses()
+
+    async def validate_bundle(self, blob: bytes) -> Any:
+        await self._until_ready()
+        return self._runner().validate(blob)
+
+    async def validate_bundle_admission(self, blob: bytes) -> Any:
+        await self._until_ready()
+        return self._runner().admission(blob)
+
+    async def place_dry_run(self, blob: bytes, replica: int, job: str) -> Any:
+        await self._until_ready()
+        return self._runner().dry_run(blob, msg.read_count("replica", replica, 1), msg.read_id("job", job))
+
+    def start_bundle_job(self, bundle_id: str, replica: int, job: str) -> str:
+        return self._runner().set_dormant(msg.read_id("bundle_id", bundle_id), msg.read_count("replica", replica, 1),
+                                          msg.read_id("job", job), False)
+
+    def stop_bundle_job(self, bundle_id: str, replica: int, job: str) -> str:
+        return self._runner().set_dormant(msg.read_id("bundle_id", bundle_id), msg.read_count("replica", replica, 1),
+                                          msg.read_id("job", job), True)
+
     def job_events(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
         since = msg.read_count("since", since, 2**63 - 1)
         return self._runner().events_since(since, list(kinds) if kinds else None)

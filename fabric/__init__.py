@@ -63,6 +63,12 @@ _LAZY: dict[str, str] = {
     "BundleState": "fabric.core.jobs",
     "JobStatus": "fabric.core.jobs.book",
     "JobHandle": "fabric.runtime.jobs",
+    "Bundle": "fabric.core.jobs.bundles",
+    "BundleJob": "fabric.core.jobs.bundles",
+    "ResiliencePolicy": "fabric.core.jobs.bundles",
+    "BundleStatus": "fabric.core.jobs.bundles",
+    "ValidationReport": "fabric.core.jobs.validation",
+    "Admission": "fabric.core.jobs.validation",
 }
 
 

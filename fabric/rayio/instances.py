@@ -202,24 +202,28 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
-def pickle_by_value(obj: Any) -> bytes:
-    """``obj`` (a user's class, its arguments) pickled so that a process that cannot import the
-    user's modules can load it: the module that defines a class is pickled by value, as Ray does
-    for ``__main__``."""
+def pickle_by_value(obj: Any, classes: Any = ()) -> bytes:
+    """``obj`` (a user's class, a bundle, arguments) pickled so that a process that cannot import
+    the user's modules can load it: the modules that define ``obj`` (when it is a class) and
+    ``classes`` are pickled by value, as Ray does for ``__main__``."""
     import sys
 
-    module = sys.modules.get(getattr(obj, "__module__", "") or "")
-    registered = False
-    if inspect.isclass(obj) and module is not None and _is_user_module(module):
-        try:
-            cloudpickle.register_pickle_by_value(module)
-            registered = True
-        except ValueError:  # already registered
-            pass
+    modules = []
+    for cls in ([obj] if inspect.isclass(obj) else []) + list(classes):
+        module = sys.modules.get(getattr(cls, "__module__", "") or "")
+        if module is not None and _is_user_module(module) and module not in modules:
+            modules.append(module)
+    registered = []
     try:
+        for module in modules:
+            try:
+                cloudpickle.register_pickle_by_value(module)
+                registered.append(module)
+            except ValueError:  # already registered (by the user, or by Ray)
+                pass
         return cloudpickle.dumps(obj)
     finally:
-        if registered:
+        for module in registered:
             cloudpickle.unregister_pickle_by_value(module)
 
 

@@ -212,6 +212,56 @@ class FabricHandle:
         """Job and bundle events after number ``since`` (each: seq, kind, at, data)."""
         return self._get(self._actor(SCHEDULER).job_events.remote(since, list(kinds) if kinds else None))
 
+    # -- bundles (API.md § Bundles) ------------------------------------------------------------------------
+    def _bundle_blob(self, bundle: Any) -> bytes:
+        from fabric.core.jobs.bundles import Bundle
+        from fabric.core.errors import InvalidSpecError
+        from fabric.rayio.instances import pickle_by_value
+
+        if not isinstance(bundle, Bundle):
+            raise InvalidSpecError(f"expected a fabric.Bundle, got {type(bundle).__name__}", field="bundle")
+        classes = [getattr(j.cls, "cls", j.cls) for j in bundle.jobs if j.cls is not None]
+        return pickle_by_value(bundle, classes)
+
+    def validate_bundle(self, bundle: Any) -> Any:
+        """Every error and warning at once (``ValidationReport``): shape, names, rules, satisfiability."""
+        return self._get(self._actor(SCHEDULER).validate_bundle.remote(self._bundle_blob(bundle)))
+
+    def validate_bundle_admission(self, bundle: Any) -> Any:
+        """Would each replica place right now? (``Admission``: ok | validation_errors | no_capacity)."""
+        return self._get(self._actor(SCHEDULER).validate_bundle_admission.remote(self._bundle_blob(bundle)))
+
+    def place_dry_run(self, bundle: Any, replica: int = 0, job: str | None = None) -> Any:
+        """One replica's job through the engine with its trace (``Decision``); nothing acts."""
+        name = job if job is not None else bundle.jobs[0].name
+        return self._get(self._actor(SCHEDULER).place_dry_run.remote(self._bundle_blob(bundle), replica, name))
+
+    def create_bundle(self, bundle: Any) -> Any:
+        """Validate, store and place a bundle (``InvalidSpecError`` naming every error; nothing stored then)."""
+        return self._get(self._actor(SCHEDULER).create_bundle.remote(self._bundle_blob(bundle)))
+
+    def update_bundle(self, bundle: Any) -> Any:
+        """Revive a bundle with a new spec: restart histories and the broken mark cleared."""
+        return self._get(self._actor(SCHEDULER).update_bundle.remote(self._bundle_blob(bundle)))
+
+    def delete_bundle(self, bundle_id: str) -> Any:
+        return self._get(self._actor(SCHEDULER).delete_bundle.remote(bundle_id))
+
+    def bundle(self, bundle_id: str) -> Any:
+        """A bundle's ``BundleStatus`` (state live|broken|deleting, replicas, jobs, reasons)."""
+        return self._get(self._actor(SCHEDULER).bundle_status.remote(bundle_id))
+
+    def bundles(self) -> list[Any]:
+        return self._get(self._actor(SCHEDULER).bundle_statuses.remote())
+
+    def start_bundle_job(self, bundle_id: str, replica: int, job: str) -> str:
+        """Activate a ``start_mode="manual"`` job (placed now)."""
+        return self._get(self._actor(SCHEDULER).start_bundle_job.remote(bundle_id, replica, job))
+
+    def stop_bundle_job(self, bundle_id: str, replica: int, job: str) -> str:
+        """Make a job dormant for future placements (a running instance keeps running)."""
+        return self._get(self._actor(SCHEDULER).stop_bundle_job.remote(bundle_id, replica, job))
+
     def cordon(self, node: str) -> str:
         sched = self._scheduler()
         if sched is not None:

@@ -88,9 +88,12 @@ class BundleRecord:
 # -- instructions ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class PlaceJob:
+    """Place the job now. ``context`` None: build it (``JobBook.context``) when it is placed, not
+    before: a job placed earlier in the same pass is then a placed peer (co-location, separation)."""
+
     job_id: str
     requirement: Any
-    context: PlacementContext
+    context: PlacementContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,8 @@ class JobBook:
 
     def due(self, now: float, where: Where) -> list[Instruction]:
         """Placements to try now: pending or recovering jobs past their ``not_before`` whose
-        bundle is live, primaries before backups (a backup's resilience rule needs its primary)."""
+        bundle is live, primaries before backups (a backup's resilience rule needs its primary),
+        each bundle's jobs in its order. Their contexts are built as each is placed (``PlaceJob``)."""
         out: list[Instruction] = []
         for rec in sorted(self.jobs.values(), key=lambda j: (j.replica, j.created_at, j.job_id)):
             if rec.state not in (JobState.PENDING, JobState.RECOVERING) or rec.dormant or now < rec.not_before:
@@ -189,7 +193,7 @@ class JobBook:
             if b is not None and b.state != "live":
                 continue
             rec.last_attempt = now
-            out.append(PlaceJob(rec.job_id, rec.spec.requirement, self.context(rec, where)))
+            out.append(PlaceJob(rec.job_id, rec.spec.requirement, None))
         return out
 
     def context(self, rec: JobRecord, where: Where, *, target_node: str | None = None,
@@ -213,7 +217,8 @@ class JobBook:
         zone, cloud = (where(other_node) or (None, None)) if other_node else (None, None)
         return b.bundle.context(rec.replica, rec.spec.name, peers=tuple(peers), other_node=other_node,
                                 other_zone=zone, other_cloud=cloud, recovering=rec.recovering,
-                                exclude_nodes=excl, target_node=target_node)
+                                exclude_nodes=excl, target_node=target_node, spec=rec.spec, job_id=rec.job_id,
+                                first_placement=not rec.restarts and not rec.recovering and target_node is None)
 
     def placed(self, job_id: str, node_id: str, allocation_id: int | None, instance_key: str, now: float,
                where: Where | None = None) -> list[Instruction]:
@@ -253,6 +258,7 @@ class JobBook:
         """No node could take the job now: it is tried again after ``RETRY_S``."""
         rec = self.job(job_id)
         rec.not_before = now + RETRY_S
+        rec.reason = f"waiting for a node: {reason}"
         return [JobEvent("placement_failed", {"job_id": job_id, "reason": reason, "bundle_id": rec.bundle_id})]
 
     def started(self, job_id: str, instance_key: str, now: float) -> list[Instruction]:

@@ -89,8 +89,9 @@ class JobSpec:
         object.__setattr__(self, "separate_from", _names("separate_from", self.separate_from))
         if set(self.co_locate_with) & set(self.separate_from):
             raise RequirementError("separate_from", "names a job it also co-locates with", self.separate_from)
-        if self.name in self.co_locate_with or self.name in self.separate_from:
-            raise RequirementError("co_locate_with", "a job's rules cannot name the job itself", self.name)
+        for rule in ("co_locate_with", "separate_from"):
+            if self.name in getattr(self, rule):
+                raise RequirementError(rule, "a job's rules cannot name the job itself", self.name)
         if self.single_use and not self.requirement.exclusive:
             raise RequirementError("single_use", "requires exclusive=True (seed 000)", True)
         if self.start_mode not in START_MODES:
