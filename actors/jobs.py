@@ -24,6 +24,8 @@ import time
 import uuid
 from typing import Any, Callable
 
+from ray import cloudpickle
+
 from actors.bundle_ops import BundleOps
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
 from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
@@ -111,7 +113,7 @@ class JobRunner(BundleOps):
         bundles = []
         for bundle_id in sorted(self.book.dirty_bundles):
             b = self.book.bundles.get(bundle_id)
-            bundles.append((bundle_id, None if b is None else pickle.dumps(
+            bundles.append((bundle_id, None if b is None else cloudpickle.dumps(  # its job classes by value
                 {"bundle": b.bundle, "state": b.state, "reasons": b.reasons, "jobs": b.jobs})))
         self.book.dirty.clear()
         self.book.dirty_bundles.clear()
