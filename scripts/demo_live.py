@@ -7,7 +7,10 @@ transcodes (the ``imageio-ffmpeg`` wheel's static binary; a CPU kernel where it 
 1. the whole fleet is up: work lands on the best tiers and spills down only when they are full;
 2. the GPU workstation is killed mid-burst: its work is placed again inside the floor, new work
    degrades tier by tier, nothing is lost;
-3. the workstation rejoins: the fabric absorbs it and work returns to the best tier.
+3. the workstation rejoins: the fabric absorbs it and work returns to the best tier;
+4. a bundle of two long-running encoder jobs (a primary and its backup, kept on different nodes)
+   produces frames while the primary's node is killed: the fabric recovers the primary on another
+   node, the backup never stops; it prints how long the primary was down and where it came back.
 
 For each phase it prints where the work ran by tier, the fallbacks taken, and that nothing was
 lost; for each event it caused (the kill, the rejoin) one line with what it measured. Ray's own
@@ -390,8 +393,86 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
             lost_total += lost
             console.print(Padding(tier_table(results, tier_of, name_of), (0, 0, 0, 4), expand=False))
             say(f"fallbacks taken: {handle.fallback_count - before}    lost: {lost}")
-        heading(f"==> done in {time.time() - t0:.1f} s: {3 * args.tasks} calls, {lost_total} lost")
-        return 0 if lost_total == 0 else 1
+        heading("==> phase 4. a bundle's primary encoder loses its node")
+        kept = bundle_phase(lf, handle, say)
+        heading(f"==> done in {time.time() - t0:.1f} s: {3 * args.tasks} calls, {lost_total} lost"
+                f"{'' if kept else '; the bundle stopped producing'}")
+        return 0 if lost_total == 0 and kept else 1
+
+
+def bundle_phase(lf: Any, handle: Any, say: Callable[[str], None], frames_s: float = 0.1) -> bool:
+    """A bundle of two encoder jobs (primary, backup on another node) produces frames while the
+    primary's node is killed; says where each ran, how long the primary was down, where it came
+    back and what the backup produced meanwhile. True when output never stopped."""
+    import ray
+
+    from fabric import Bundle, BundleJob, JobUnavailableError, ResiliencePolicy, adaptive
+
+    @adaptive.remote(min_tier="cpu_ffmpeg", floor=FLOOR, num_cpus=0.5)
+    class Encoder:
+        def __init__(self, channel: str) -> None:
+            self.channel, self.frames = channel, 0
+
+        def encode(self) -> tuple[int, str]:
+            self.frames += 1
+            h = b"%d" % self.frames
+            for _ in range(2_000):
+                h = __import__("hashlib").sha256(h).digest()
+            return self.frames, ray.get_runtime_context().get_node_id()
+
+    bundle = Bundle(bundle_id="channel-1", resilience=ResiliencePolicy(same_node="forbid", same_zone="allow"),
+                    jobs=[BundleJob(name="encode", cls=Encoder, args=("ch1",))])
+    handle.create_bundle(bundle)
+    ids = handle.bundle("channel-1").jobs
+    jobs = {replica: handle.job_handle(ids[f"{replica}/encode"]).wait_running(120) for replica in (0, 1)}
+    names = {r.node_id: r.name for r in handle.nodes()}
+    where = {replica: handle.job(j.job_id).node_id for replica, j in jobs.items()}
+    say(f"bundle channel-1: primary on {names.get(where[0], where[0])}, backup on {names.get(where[1], where[1])}")
+    frames: dict[int, list[tuple[float, str]]] = {0: [], 1: []}
+    stop = threading.Event()
+
+    def produce(replica: int) -> None:
+        job = jobs[replica]
+        while not stop.is_set():
+            try:
+                _, node = job.result(job.encode.remote(), timeout_s=30)
+                frames[replica].append((time.time(), node))
+            except JobUnavailableError:
+                time.sleep(frames_s)
+            except Exception:
+                time.sleep(frames_s)
+            time.sleep(frames_s)
+
+    threads = [threading.Thread(target=produce, args=(r,), daemon=True) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    victim = names.get(where[0])
+    killed_at = time.time()
+    lf.kill_node(victim)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(n != where[0] for t, n in frames[0] if t > killed_at):
+        time.sleep(0.1)
+    time.sleep(2.0)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    after = [(t, n) for t, n in frames[0] if t > killed_at and n != where[0]]
+    if not after:
+        say(f"killed {victim} (the primary's node); the primary did not come back within 120 s")
+        return False
+    last_before = max((t for t, n in frames[0] if n == where[0]), default=killed_at)
+    back_at, back_on = after[0]
+    backup_during = sum(1 for t, _ in frames[1] if last_before < t < back_at)
+    times = sorted(t for r in (0, 1) for t, _ in frames[r])
+    gap = max((b - a for a, b in zip(times, times[1:])), default=0.0)
+    fresh = {r.node_id: r.name for r in handle.nodes()}
+    say(f"killed {victim} (the primary's node); the primary was down {back_at - last_before:.1f} s and came back "
+        f"on {fresh.get(back_on, back_on[:8])}; the backup produced {backup_during} frames meanwhile")
+    restarts = handle.job(jobs[0].job_id).restarts_last_hour
+    say(f"the bundle's longest gap in output: {gap:.1f} s; primary restarts in the last hour: {restarts}")
+    handle.delete_bundle("channel-1")
+    return backup_during > 0
 
 
 def rejoin(lf: Any, handle: Any, transcode: Any, clip_ref: Any, name_of: dict[str, str], fleet_maps: Callable) -> str:

@@ -22,7 +22,7 @@ RAY_LOG_MARKS = ("Raylet is terminated", "(raylet)", "[state-dump]", "raylet sta
 retry and node-death notices, its loggers' ``file.py:line --`` lines): none of it may show."""
 
 
-def test_demo_runs_three_phases_and_loses_nothing():
+def test_demo_runs_four_phases_and_loses_nothing():
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo_live.py"), "--tasks", "12"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -52,6 +52,16 @@ def test_demo_runs_three_phases_and_loses_nothing():
     assert kill, text
     assert 0 < float(kill.group(1)) < 30 and (kill.group(2) is None or float(kill.group(2)) < 30)
     assert re.fullmatch(r"\d+ calls? re-placed inside the floor|no call had to be re-placed", kill.group(3)), kill.group(3)
+
+    # Phase 4: the bundle's primary came back on another node while its backup kept producing.
+    assert "4. a bundle's primary encoder loses its node" in text
+    placed = re.search(r"^    bundle channel-1: primary on (\S+), backup on (\S+)$", text, re.M)
+    assert placed and placed.group(1) != placed.group(2), text[-2000:]
+    moved = re.search(r"^    killed (\S+) \(the primary's node\); the primary was down (\d+\.\d) s and came back on (\S+); "
+                      r"the backup produced (\d+) frames meanwhile$", text, re.M)
+    assert moved and moved.group(1) == placed.group(1) and moved.group(3) != placed.group(1), text[-2000:]
+    assert int(moved.group(4)) > 0
+    assert re.search(r"primary restarts in the last hour: 1$", text, re.M)
 
     # Ray's output went to the session's log folder instead of nowhere.
     where = re.search(r"Ray's own output: (\S+) \(this driver's: (\S+)\)", text)
