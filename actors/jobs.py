@@ -56,6 +56,7 @@ class JobRunner(BundleOps):
         self.launcher = launcher
         self.clock = clock
         self.book = JobBook(scheduler.settings.failure)
+        self.book.interruptible = self._interruptible
         self.payloads: dict[str, tuple[bytes, bytes]] = {}
         """Per job: the pickled class and the pickled constructor arguments."""
         self.watches: dict[str, asyncio.Task] = {}
@@ -157,11 +158,27 @@ class JobRunner(BundleOps):
             return self.book.unplaced(ins.job_id, getattr(a, "reason", "no capacity") or "no capacity", now)
         key = instance_key(rec.replica, uuid.uuid4().hex[:8])
         self._gpus[key] = a.ray_gpus
+        self.emit("placement_decision", {"job_id": ins.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
+                                         "node_id": a.node_id, "node": a.node_name, "tier": str(a.tier),
+                                         "fallback_levels": a.fallback_levels, "reason": a.reason,
+                                         "recovering": rec.recovering})
         return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self._where)
 
     def _where(self, node_id: str) -> tuple[str | None, str | None] | None:
         rec = self.scheduler.core.fleet.get(node_id)
         return None if rec is None else (rec.zone, rec.cloud)
+
+    def _interruptible(self, node_id: str) -> bool:
+        """A node of a pool tier whose capacity may be taken back (``launch_mode: spot``)."""
+        rec = self.scheduler.core.fleet.get(node_id)
+        if rec is None:
+            return False
+        try:
+            tiers = self.scheduler.settings.pool(rec.pool).tiers
+        except KeyError:
+            return False
+        tier = next((t for t in tiers if t.name == rec.pool_tier), None)
+        return tier is not None and tier.effective_reliability == "interruptible"
 
     def _start(self, ins: StartInstance) -> None:
         rec = self.book.jobs.get(ins.job_id)

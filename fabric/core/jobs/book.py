@@ -136,6 +136,8 @@ class JobBook:
         self.dirty: set[str] = set()
         """Jobs changed since the actor last persisted (it clears the set)."""
         self.dirty_bundles: set[str] = set()
+        self.interruptible: Callable[[str], bool] = lambda node_id: False
+        """Whether a node is interruptible capacity (a spot pool tier): the actor sets it."""
 
     # -- lookups ----------------------------------------------------------------------------------
     def job(self, job_id: str) -> JobRecord:
@@ -234,25 +236,33 @@ class JobBook:
 
     def _resilience(self, rec: JobRecord, where: Where) -> list[Instruction]:
         """A ``resilience_degraded`` event when this copy sits in a failure domain its bundle's
-        policy forbids sharing with the other copy (best-effort: it was placed anyway)."""
+        policy forbids sharing with the other copy (best-effort: it was placed anyway), or when the
+        primary sits on interruptible capacity with no durable backup."""
         b = self.bundles.get(rec.bundle_id) if rec.bundle_id else None
-        pol = getattr(b.bundle, "resilience", None) if b is not None else None
-        twin = self.jobs.get(b.jobs.get((1 - rec.replica, rec.spec.name), "")) if b is not None else None
-        if pol is None or twin is None or twin.binding is None or rec.binding is None:
+        if b is None or rec.binding is None:
             return []
-        mine, theirs = where(rec.binding.node_id) or (None, None), where(twin.binding.node_id) or (None, None)
+        pol = getattr(b.bundle, "resilience", None)
+        twin = self.jobs.get(b.jobs.get((1 - rec.replica, rec.spec.name), ""))
+        twin_node = twin.binding.node_id if twin is not None and twin.binding is not None else None
         violated = []
-        if pol.same_node == "forbid" and rec.binding.node_id == twin.binding.node_id:
-            violated.append("same_node")
-        if pol.same_zone == "forbid" and mine[0] is not None and mine[0] == theirs[0]:
-            violated.append("same_zone")
-        if pol.same_cloud == "forbid" and mine[1] is not None and mine[1] == theirs[1]:
-            violated.append("same_cloud")
-        if not violated:
+        if pol is not None and twin_node is not None:
+            mine, theirs = where(rec.binding.node_id) or (None, None), where(twin_node) or (None, None)
+            if pol.same_node == "forbid" and rec.binding.node_id == twin_node:
+                violated.append("same_node")
+            if pol.same_zone == "forbid" and mine[0] is not None and mine[0] == theirs[0]:
+                violated.append("same_zone")
+            if pol.same_cloud == "forbid" and mine[1] is not None and mine[1] == theirs[1]:
+                violated.append("same_cloud")
+        primary_node = rec.binding.node_id if rec.replica == 0 else twin_node
+        backup_node = twin_node if rec.replica == 0 else rec.binding.node_id
+        exposed = (primary_node is not None and self.interruptible(primary_node)
+                   and (backup_node is None or self.interruptible(backup_node))
+                   and (rec.replica == 0 or pol is not None))
+        if not violated and not exposed:
             return []
         return [JobEvent("resilience_degraded", {"bundle_id": rec.bundle_id, "job": rec.spec.name, "job_id": rec.job_id,
                                                  "replica": rec.replica, "violated": violated,
-                                                 "node_id": rec.binding.node_id})]
+                                                 "primary_interruptible": exposed, "node_id": rec.binding.node_id})]
 
     def unplaced(self, job_id: str, reason: str, now: float) -> list[Instruction]:
         """No node could take the job now: it is tried again after ``RETRY_S``."""
