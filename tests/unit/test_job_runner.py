@@ -1,0 +1,193 @@
+"""The scheduler's job runner without Ray (issue 14): ``actors.jobs.JobRunner`` inside a
+``Scheduler`` driven by a fake fleet feed, a fake instance launcher (the Ray seam) and a real
+``JobStore`` in a temporary folder. It places jobs with the scheduler's own core, starts and
+watches instances through the launcher, recovers a dead one elsewhere, and a runner built again
+over the same store (a scheduler restart) re-adopts the live instances and recovers the gone ones."""
+
+import asyncio
+
+import pytest
+
+from actors.jobs import JobRunner
+from actors.scheduler import Scheduler
+from fabric.core.jobs import JobSpec, JobState
+from fabric.core.placement import Requirement
+from fabric.rayio.metrics import RecordingMetrics
+from fabric.store.jobs import JobStore
+
+from test_scheduler_actor import FakeFeed, joined
+from test_scheduling import Clock
+
+SPEC = JobSpec("enc", Requirement(min_tier="cpu_ffmpeg", num_cpus=0.5))
+
+
+class Died(Exception):
+    pass
+
+
+class Call:
+    """One actor method: ``remote()`` returns a future the test resolves."""
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future] = []
+
+    def remote(self, *args):
+        fut = asyncio.get_event_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+
+class Instance:
+    def __init__(self, job_id, key, node_id) -> None:
+        self.job_id, self.key, self.node_id = job_id, key, node_id
+        self.__fabric_started__ = Call()
+        self.__fabric_watch__ = Call()
+        self.__fabric_ping__ = Call()
+        self.__fabric_shutdown__ = Call()
+        self.killed = False
+
+    def die(self) -> None:
+        for call in (self.__fabric_started__, self.__fabric_watch__):
+            for fut in call.futures:
+                if not fut.done():
+                    fut.set_exception(Died("the actor died"))
+
+
+class FakeLauncher:
+    def __init__(self) -> None:
+        self.started: list[Instance] = []
+        self.live: dict[tuple[str, str], Instance] = {}
+
+    def start(self, job_id, key, node_id, cls_blob, args_blob, req, gpus=0.0):
+        inst = Instance(job_id, key, node_id)
+        self.started.append(inst)
+        self.live[(job_id, key)] = inst
+        return inst
+
+    def find(self, job_id, key):
+        return self.live.get((job_id, key))
+
+    def kill(self, handle):
+        handle.killed = True
+        self.live.pop((handle.job_id, handle.key), None)
+
+    def has_health(self, cls_blob):
+        return False
+
+    @staticmethod
+    def death(exc):
+        return (True, False, str(exc)) if isinstance(exc, Died) else None
+
+
+def make(tmp_path, launcher, clock):
+    feed = FakeFeed([joined("n1", "cpu_ffmpeg"), joined("n2", "cpu_ffmpeg")])
+    sched = Scheduler(feed=feed, metrics=RecordingMetrics(), clock=clock, run_loop=False,
+                      jobs=lambda s: JobRunner(s, JobStore(tmp_path / "jobs.db"), launcher, clock=clock))
+    return sched
+
+
+async def settle():
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_job_is_placed_started_watched_and_recovered_elsewhere(tmp_path):
+    clock, launcher = Clock(), FakeLauncher()
+
+    async def go():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        runner = sched.jobs
+        job_id = runner.submit(SPEC, b"cls", b"args")
+        runner.tick()
+        await settle()
+        assert len(launcher.started) == 1
+        first = launcher.started[0]
+        assert sched.core.ledger.get(runner.book.job(job_id).binding.allocation_id) is not None  # its slot is held
+        first.__fabric_started__.futures[0].set_result(None)
+        await settle()
+        assert runner.book.job(job_id).state == JobState.RUNNING
+        first.die()
+        await settle()
+        rec = runner.book.job(job_id)
+        assert rec.state == JobState.RECOVERING and rec.exclude == frozenset({first.node_id})
+        assert len(sched.core.ledger) == 0  # the dead instance's slot went back
+        clock.t += 10
+        runner.tick()
+        await settle()
+        second = launcher.started[-1]
+        assert second.node_id != first.node_id and second.key != first.key
+        second.__fabric_started__.futures[0].set_result(None)
+        await settle()
+        assert runner.book.job(job_id).state == JobState.RUNNING and runner.book.job(job_id).restarts_last_hour(clock.t) == 1
+        assert runner.book.validate_state() == []
+
+    asyncio.run(go())
+
+
+def test_a_restarted_runner_re_adopts_live_instances_and_recovers_the_gone_ones(tmp_path):
+    clock, launcher = Clock(), FakeLauncher()
+
+    async def first_life():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        ids = [sched.jobs.submit(SPEC, b"cls", b"args") for _ in range(2)]
+        sched.jobs.tick()
+        await settle()
+        for inst in launcher.started:
+            inst.__fabric_started__.futures[0].set_result(None)
+        await settle()
+        return ids
+
+    ids = asyncio.run(first_life())
+    gone = launcher.started[0]
+    launcher.live.pop((gone.job_id, gone.key))  # died while no scheduler watched
+    started_before = len(launcher.started)
+
+    async def second_life():
+        sched = make(tmp_path, launcher, clock)  # a new process: everything from the store
+        await sched._sync()
+        runner = sched.jobs
+        assert sorted(runner.book.jobs) == sorted(ids)
+        runner.tick()  # resume, then place what is due
+        await settle()
+        kept = runner.book.job(launcher.started[1].job_id)
+        assert kept.state == JobState.RUNNING and kept.binding.instance_key == launcher.started[1].key
+        assert kept.binding.allocation_id in sched.core.ledger  # its slot held again in the new core
+        redo = runner.book.job(gone.job_id)  # recovered in the same tick: its first restart waits for nothing
+        assert redo.state == JobState.STARTING and redo.binding.instance_key != gone.key
+        assert len(launcher.started) == started_before + 1 and launcher.started[-1].job_id == gone.job_id
+        assert "gone while the scheduler was away" in " ".join(h[2] for h in redo.history)
+        assert runner.book.validate_state() == []
+
+    asyncio.run(second_life())
+
+
+def test_a_job_no_node_fits_waits_pending_and_is_placed_when_capacity_comes(tmp_path):
+    clock, launcher = Clock(), FakeLauncher()
+    big = JobSpec("big", Requirement(min_tier="cpu_ffmpeg", num_cpus=64))
+
+    async def go():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        job_id = sched.jobs.submit(big, b"cls", b"args")
+        sched.jobs.tick()
+        rec = sched.jobs.book.job(job_id)
+        assert rec.state == JobState.PENDING and "waiting for a node" in rec.reason and not launcher.started
+        assert [e["kind"] for e in sched.jobs.events_since(0)][-1] == "placement_failed"
+
+    asyncio.run(go())
+
+
+def test_the_runner_refuses_what_is_not_a_job(tmp_path):
+    from fabric.core.errors import MessageError
+
+    async def go():
+        sched = make(tmp_path, FakeLauncher(), Clock())
+        with pytest.raises(MessageError) as err:
+            sched.jobs.submit({"name": "x"}, b"", b"")
+        assert err.value.field == "spec"
+        with pytest.raises(MessageError):
+            sched.jobs.submit(SPEC, "not bytes", b"")
+
+    asyncio.run(go())
