@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from fabric.core.errors import JobNotFoundError
+from fabric.core.errors import InvalidSpecError, JobNotFoundError
 from fabric.core.jobs.restarts import Restart, ceiling, restarts_last_hour, verdict
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.jobs.states import JOB_LIFECYCLE, LIVE_STATES, JobState
@@ -165,7 +165,10 @@ class JobBook:
 
     def add(self, job_id: str, spec: JobSpec, now: float, *, bundle_id: str | None = None, replica: int = 0,
             dormant: bool = False) -> list[Instruction]:
-        """A new job: placed now unless dormant (its first placement uses the launch spare policy)."""
+        """A new job: placed by the next ``due`` unless dormant (its first placement uses the launch
+        spare policy). An id the book holds already is refused: the job it names keeps its binding."""
+        if job_id in self.jobs:
+            raise InvalidSpecError(f"a job {job_id!r} exists already", field="job_id")
         rec = JobRecord(job_id, spec, now, bundle_id=bundle_id, replica=replica, dormant=dormant)
         rec.history.append((now, rec.state.value, "created"))
         self.jobs[job_id] = rec
@@ -267,6 +270,8 @@ class JobBook:
     def unplaced(self, job_id: str, reason: str, now: float) -> list[Instruction]:
         """No node could take the job now: it is tried again after ``RETRY_S``."""
         rec = self.job(job_id)
+        if rec.state not in (JobState.PENDING, JobState.RECOVERING):  # stopped meanwhile: nothing to retry
+            return []
         rec.not_before = now + RETRY_S
         rec.reason = f"waiting for a node: {reason}"
         return [JobEvent("placement_failed", {"job_id": job_id, "reason": reason, "bundle_id": rec.bundle_id})]
