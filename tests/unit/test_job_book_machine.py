@@ -9,7 +9,11 @@ import itertools
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from test_job_book import *  # noqa: F401,F403 (the checked book and its helpers)
+from fabric.core.jobs import JobBook, JobSpec
+from fabric.core.jobs.book import RETRY_S, Binding, PlaceJob, ReleaseSlot, StartInstance, StopInstance
+from fabric.core.settings import FabricSettings
+
+from test_job_book import NODES, J, ctx, history_problems, make_bundle, where3
 
 
 # -- random sequences ------------------------------------------------------------------------------
