@@ -1,0 +1,19 @@
+"""Hot spares, pure: what one pool's spares need, as decisions an actor carries out (seed 000 § Hot spares).
+
+Modules: ``decisions`` (Provision, Abandon, Reap, Tag, Underflow, Prefetch), ``state``
+(SpareState: provisions in flight, backoff, activity; the provision lifecycle;
+``validate_state``), ``reconcile`` (``reconcile(pool, spec, fleet, settings, state, now,
+templates) -> [decision]``, ``survey``, warmth) and ``entries`` (the live list validated whole,
+``diff_hot_spares``, ``spare_spec``). No Ray, no I/O, no clock reads: time comes in as an argument.
+"""
+
+from fabric.core.spares.decisions import Abandon, Prefetch, Provision, Reap, SpareDecision, SpareTags, Tag, Underflow
+from fabric.core.spares.entries import SpareSpec, diff_hot_spares, parse_hot_spares, spare_spec, validate_hot_spares
+from fabric.core.spares.reconcile import PoolSpares, reconcile, survey, warm_artifacts, warm_units, warmth
+from fabric.core.spares.state import (BACKOFF_S, PROVISION_LIFECYCLE, InFlight, ProvisionPhase, SpareState,
+                                      validate_state)
+
+__all__ = ["Abandon", "BACKOFF_S", "InFlight", "PROVISION_LIFECYCLE", "PoolSpares", "Prefetch", "Provision",
+           "ProvisionPhase", "Reap", "SpareDecision", "SpareSpec", "SpareState", "SpareTags", "Tag", "Underflow",
+           "diff_hot_spares", "parse_hot_spares", "reconcile", "spare_spec", "survey", "validate_hot_spares",
+           "validate_state", "warm_artifacts", "warm_units", "warmth"]
