@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import pickle
 import time
 import uuid
@@ -188,15 +189,26 @@ class JobRunner(BundleOps):
             self.carry_out(self.book.died(ins.job_id, b.instance_key, self.clock(), reason="nothing to start it from",
                                           invalid_spec="the job's class and arguments are not in the store"))
             return
+        self._spawn(self._launch(ins.job_id, b, payload, rec.spec.requirement, self._gpus.pop(b.instance_key, 0.0)),
+                    b.instance_key)
+
+    async def _launch(self, job_id: str, b: Any, payload: tuple[bytes, bytes], req: Any, gpus: float) -> None:
+        """Create the instance off the event loop (Ray registers a named actor with its GCS
+        synchronously: hundreds of starts would stall every caller), then watch it."""
+        loop = asyncio.get_event_loop()
         try:
-            handle = self.launcher.start(ins.job_id, b.instance_key, b.node_id, payload[0], payload[1],
-                                         rec.spec.requirement, self._gpus.pop(b.instance_key, 0.0))
+            handle = await loop.run_in_executor(None, functools.partial(
+                self.launcher.start, job_id, b.instance_key, b.node_id, payload[0], payload[1], req, gpus))
         except Exception as exc:  # the class cannot be loaded here, or Ray refused the options
-            self.carry_out(self.book.died(ins.job_id, b.instance_key, self.clock(),
-                                          invalid_spec=f"cannot start: {type(exc).__name__}: {exc}"))
+            self._apply(self.book.died(job_id, b.instance_key, self.clock(),
+                                       invalid_spec=f"cannot start: {type(exc).__name__}: {exc}"))
+            return
+        rec = self.book.jobs.get(job_id)
+        if rec is None or rec.binding is None or rec.binding.instance_key != b.instance_key:
+            self.launcher.kill(handle)  # stopped, or placed again, while it was being created
             return
         self.handles[b.instance_key] = handle
-        self._spawn(self._watch(ins.job_id, b.instance_key, handle, starting=True), b.instance_key)
+        await self._watch(job_id, b.instance_key, handle, starting=True)
 
     def _spawn(self, coro: Any, key: str) -> None:
         task = asyncio.get_event_loop().create_task(coro)
@@ -219,9 +231,9 @@ class JobRunner(BundleOps):
         if starting:
             try:
                 err = await asyncio.wait_for(handle.__fabric_started__.remote(), START_TIMEOUT_S)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError:  # the cluster's trouble, not the job's: not counted against its ceiling
                 self.launcher.kill(handle)
-                return self._died(job_id, key, False, f"did not come up within {START_TIMEOUT_S:g} s")
+                return self._died(job_id, key, True, f"did not come up within {START_TIMEOUT_S:g} s (not counted)")
             except Exception as exc:
                 fate = self.launcher.death(exc)
                 return self._died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc))
@@ -271,9 +283,8 @@ class JobRunner(BundleOps):
                 except Exception:
                     pass
             self.launcher.kill(handle)
-        watch = self.watches.pop(ins.binding.instance_key, None)
-        if watch is not None:
-            watch.cancel()
+        # its watch (or its launch, which kills what it created for a job no longer bound to it)
+        # sees the end and finds the book has moved on
         self._died(ins.job_id, ins.binding.instance_key, False, "stopped")
 
     def _apply(self, instructions: list[Instruction]) -> None:
@@ -361,14 +372,23 @@ class JobRunner(BundleOps):
                 raise MessageError(name, "must be bytes, at most 64 MiB", type(blob).__name__)
         self.scheduler.core.check_requirement(spec.requirement)
         job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
-        if job_id in self.book.jobs:
-            raise InvalidSpecError(f"a job {job_id!r} exists already", field="job_id")
+        known = self.book.jobs.get(job_id)
+        if known is not None:  # a caller's retry of a submit whose answer it did not get: the same job
+            if known.spec != spec or known.bundle_id != bundle_id:
+                raise InvalidSpecError(f"a different job {job_id!r} exists already", field="job_id")
+            return job_id
         self.payloads[job_id] = (cls_blob, args_blob)
         self.book.add(job_id, spec, self.clock(), bundle_id=bundle_id, replica=replica, dormant=dormant)
         self.persist({job_id: (cls_blob, args_blob)})
-        if self.resumed and place:
-            self._apply(self.book.due(self.clock(), self._where))
+        if self.resumed and place:  # placed right after this answer, not before it: a submit is quick
+            asyncio.get_event_loop().call_soon(self._place_due)
         return job_id
+
+    def _place_due(self) -> None:
+        try:
+            self._apply(self.book.due(self.clock(), self._where))
+        except Exception as exc:  # the next tick tries again
+            print(f"[fabric.jobs] placing failed: {type(exc).__name__}: {exc}")
 
     def stop(self, job_id: str) -> str:
         self._apply(self.book.stop(job_id, self.clock()))

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any
 
-from fabric.core.errors import JobUnavailableError, RequirementError
+from fabric.core.errors import JobUnavailableError, RequirementError, SchedulerUnavailableError
 from fabric.core.jobs import JobSpec, JobState
 from fabric.runtime import session as sessions
 
+SUBMIT_ATTEMPTS = 3
+"""Times a submit is sent (with the same job id) before the caller is told the scheduler is away."""
 RESOLVE_S = 0.5
 """How long a handle uses the instance it last resolved before asking the scheduler again."""
 POLL_S = 0.1
@@ -93,10 +96,22 @@ class AdaptiveClass:
         """Start a job of this class with these constructor arguments; returns its ``JobHandle``."""
         from ray import cloudpickle
 
+        from fabric.rayio.driver import AnswerTimeout
+
         s = sessions.current()
         args_blob = cloudpickle.dumps((args, kwargs))
-        job_id = s.driver.answer(s.scheduler.submit_job.remote(self.spec, self.class_blob(), args_blob),
-                                 s.answer_timeout_s)
+        job_id = f"job-{uuid.uuid4().hex[:12]}"  # named here: a retry of an unanswered submit is the same job
+        for attempt in range(SUBMIT_ATTEMPTS):
+            try:
+                s.driver.answer(s.scheduler.submit_job.remote(self.spec, self.class_blob(), args_blob, job_id),
+                                s.answer_timeout_s)
+                break
+            except AnswerTimeout:
+                if attempt == SUBMIT_ATTEMPTS - 1:
+                    raise SchedulerUnavailableError(
+                        f"{self.__name__}: the fabric's scheduler did not take job {job_id} within "
+                        f"{SUBMIT_ATTEMPTS} x {s.answer_timeout_s:g} s (see `fabric status`); it may still start: "
+                        f"`fabric jobs {job_id}` says", waited_s=SUBMIT_ATTEMPTS * s.answer_timeout_s, what="submit") from None
         return JobHandle(job_id, self.spec.name, self.spec.call_timeout_s)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -87,8 +87,9 @@ def make(tmp_path, launcher, clock):
 
 
 async def settle():
-    for _ in range(5):
-        await asyncio.sleep(0)
+    """Let the runner's tasks run, and its launches (in a thread) finish."""
+    for _ in range(20):
+        await asyncio.sleep(0.005)
 
 
 def test_a_job_is_placed_started_watched_and_recovered_elsewhere(tmp_path):
@@ -189,5 +190,51 @@ def test_the_runner_refuses_what_is_not_a_job(tmp_path):
         assert err.value.field == "spec"
         with pytest.raises(MessageError):
             sched.jobs.submit(SPEC, "not bytes", b"")
+
+    asyncio.run(go())
+
+
+def test_a_retried_submit_is_the_same_job_and_a_clashing_one_is_refused(tmp_path):
+    from fabric.core.errors import InvalidSpecError
+
+    async def go():
+        sched = make(tmp_path, FakeLauncher(), Clock())
+        await sched._sync()
+        assert sched.jobs.submit(SPEC, b"cls", b"args", "job-1") == "job-1"
+        assert sched.jobs.submit(SPEC, b"cls", b"args", "job-1") == "job-1"  # the caller never got the first answer
+        assert list(sched.jobs.book.jobs) == ["job-1"]
+        with pytest.raises(InvalidSpecError) as err:
+            sched.jobs.submit(JobSpec("other"), b"cls", b"args", "job-1")
+        assert err.value.field == "job_id"
+
+    asyncio.run(go())
+
+
+def test_a_stop_while_the_instance_is_being_created_leaves_nothing_running(tmp_path):
+    import threading
+
+    clock, launcher = Clock(), FakeLauncher()
+    gate = threading.Event()
+    slow_start = launcher.start
+
+    def start(*args, **kwargs):
+        gate.wait(5)  # Ray's named-actor registration, slow under load
+        return slow_start(*args, **kwargs)
+
+    launcher.start = start
+
+    async def go():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        job_id = sched.jobs.submit(SPEC, b"cls", b"args")
+        sched.jobs.tick()
+        await settle()
+        assert sched.jobs.stop(job_id) in ("stopping", "stopped")
+        await settle()
+        gate.set()
+        await settle()
+        assert sched.jobs.book.job(job_id).state == JobState.STOPPED
+        assert launcher.started and all(inst.killed for inst in launcher.started)  # created late, killed at once
+        assert len(sched.core.ledger) == 0
 
     asyncio.run(go())
