@@ -1,0 +1,21 @@
+"""Node providers (DESIGN.md § Layout: the layer beside ``fabric.api``, above ``fabric.rayio``):
+what creates and terminates nodes for an elastic pool tier. ``base`` holds the protocol, the
+``ProvisionedNode`` record, ``ProviderError`` and ``providers_for``; ``local`` starts real
+``ray start --block`` worker processes on this machine, and holds the ``ray start`` argument
+builders (``node_args``, ``ray_start_args``) the fabric's other node starters share."""
+
+from fabric.providers.base import NO_TAGS, PROVIDER_NAMES, NodeProvider, ProviderError, ProvisionedNode, providers_for
+from fabric.providers.local import (
+    INSTANCE_LABEL,
+    PROVIDER_LABEL,
+    SHAPE_LABEL,
+    SPARE_LABEL,
+    LocalProvider,
+    NodeArgs,
+    node_args,
+    profile_for,
+    ray_start_args,
+)
+
+__all__ = ["NodeProvider", "ProvisionedNode", "ProviderError", "providers_for", "PROVIDER_NAMES", "NO_TAGS", "LocalProvider",
+           "NodeArgs", "node_args", "ray_start_args", "profile_for", "INSTANCE_LABEL", "SPARE_LABEL", "PROVIDER_LABEL", "SHAPE_LABEL"]

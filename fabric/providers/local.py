@@ -1,0 +1,538 @@
+"""The ``local`` provider: real ``ray start --address ... --block`` worker nodes on this machine.
+
+Each provisioned node is one ``ray start --block`` child process leading a session of its own,
+with its shape's profile's Ray resources and labels (what ``LocalFabric`` and ``fabric join
+--profile`` give a node) plus the labels that say where it belongs: pool, pool
+tier, instance id, spare tag, provider and shape. The ``fabric.io/profile`` label makes the
+node's ProbeActor replay that profile's recording, so the node registers as the profile's
+machine. ``terminate`` sends SIGTERM to that child's session (ray start and everything it
+started: raylet, workers, agents; Ray gives some workers process groups of their own, so the
+group alone is not enough), waits, and SIGKILLs what is left after a grace period. The provider
+signals only the sessions it created, by the pid it holds; it never looks processes up by name
+and never runs ``ray stop``.
+
+The argument builders are shared with the rest of the fabric: ``node_args`` probes a profile,
+a recording folder or takes probed capabilities and returns the node's CPUs, GPUs, resources,
+labels and environment (``NodeArgs.cluster_kwargs()`` is ``Cluster.add_node``'s form, which
+``LocalFabric`` uses); ``ray_start_args`` renders a ``NodeArgs`` as a ``ray start`` argv (the
+form ``fabric join`` and this provider run).
+
+Ray facts this relies on (Ray 2.60, DESIGN.md § Ray facts): ``ray start --address`` refuses to
+run with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (the loopback switch tests set), so the child
+runs without it and with an explicit ``--node-ip-address`` instead (by default the head's
+address when that is a loopback one, e.g. a ``LocalFabric(node_ip_address="127.0.0.2")``:
+Ray rewrites ``127.0.0.1`` in a join address to the machine's routable address). Several
+raylets on one host need ``--dashboard-agent-listen-port=0``. Token auth: the child inherits
+``RAY_AUTH_MODE`` and the token file from this process's environment.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from fabric.core.capabilities import Limitations, NodeCapabilities, label_value
+from fabric.core.names import LABEL_PREFIX, PROFILE_LABEL, RECORDING_ENV
+from fabric.core.settings import NodeShape
+from fabric.providers.base import NO_TAGS, ProviderError, ProvisionedNode
+
+__all__ = ["LocalProvider", "NodeArgs", "node_args", "ray_start_args", "profile_for", "tag_labels", "find_ray",
+           "INSTANCE_LABEL", "SPARE_LABEL", "PROVIDER_LABEL", "SHAPE_LABEL"]
+
+# Labels of provisioned nodes. fabric.core.names has the pool and pool-tier keys; these four are
+# new with providers (to be moved there).
+INSTANCE_LABEL = f"{LABEL_PREFIX}instance"
+"""The provider's instance id of a provisioned node: how a registering node is matched to its provision."""
+SPARE_LABEL = f"{LABEL_PREFIX}spare"
+"""``true`` on a node provisioned as a hot spare, ``false`` on other provisioned nodes."""
+PROVIDER_LABEL = f"{LABEL_PREFIX}provider"
+"""The provider that made the node (``local``...)."""
+SHAPE_LABEL = f"{LABEL_PREFIX}shape"
+"""The node shape it was provisioned as."""
+
+ENABLE_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_FAILED_START_GRACE_S = 5.0
+"""SIGTERM to SIGKILL for a ``ray start`` that never started its node: nothing there to drain."""
+STARTED_MARK = "Ray runtime started"
+"""What ``ray start`` prints once its node's processes are up (then ``--block`` blocks)."""
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+_DNS_PREFIX = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
+
+
+# -- the node's Ray arguments -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeArgs:
+    """What a node joins Ray with: CPUs (= its fabric slots), GPUs (its CUDA devices), custom
+    resources, labels, and the environment its raylet needs (``FABRIC_RECORDING`` for a recording
+    folder). ``capabilities``: what the probe found, for printing."""
+
+    capabilities: NodeCapabilities
+    num_cpus: int
+    num_gpus: int
+    resources: dict[str, float]
+    labels: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def cluster_kwargs(self) -> dict[str, Any]:
+        """``ray.cluster_utils.Cluster.add_node`` arguments (``LocalFabric``'s ``node_spec`` form)."""
+        out: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "resources": dict(self.resources),
+                               "labels": dict(self.labels)}
+        if self.env:
+            out["env_vars"] = dict(self.env)
+        return out
+
+
+def tag_labels(tags: Mapping[str, str]) -> dict[str, str]:
+    """Extra labels from ``tags``: a key without a ``prefix/`` goes under ``fabric.io/``. Keys and
+    values must already be valid Ray labels (nothing is rewritten); ``ray.io/`` is Ray's.
+    ``ValueError`` naming the first bad tag."""
+    out: dict[str, str] = {}
+    for key, value in tags.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError(f"tag {key!r}: keys and values are strings, got {type(key).__name__}={type(value).__name__}")
+        full = key if "/" in key else f"{LABEL_PREFIX}{key}"
+        prefix, _, name = full.rpartition("/")
+        if not _LABEL_NAME.match(name) or not prefix or len(prefix) > 253 or not _DNS_PREFIX.match(prefix):
+            raise ValueError(f"tag {key!r}: not a valid label key (optional DNS prefix/, then up to 63 of [A-Za-z0-9_.-], "
+                             f"alphanumeric at both ends)")
+        if prefix == "ray.io" or prefix.endswith(".ray.io"):
+            raise ValueError(f"tag {key!r}: ray.io/ labels are Ray's own")
+        if not _LABEL_NAME.match(value):
+            raise ValueError(f"tag {key!r}: value {value!r} is not a valid label value (up to 63 of [A-Za-z0-9_.-], "
+                             f"alphanumeric at both ends)")
+        out[full] = value
+    return out
+
+
+def node_args(source: str | os.PathLike[str] | NodeCapabilities, *, name: str | None = None, roles: Sequence[str] = (),
+              max_concurrent_tasks: int | None = None, max_slots: int | None = None, pool: str | None = None,
+              pool_tier: str | None = None, zone: str | None = None, instance_id: str | None = None, spare: bool | None = None,
+              provider: str | None = None, shape: str | None = None, tags: Mapping[str, str] = NO_TAGS) -> NodeArgs:
+    """The Ray arguments of a node probed from ``source``: a bundled profile's name (``str``; the
+    node gets the ``fabric.io/profile`` label its ProbeActor replays), a recording folder
+    (``os.PathLike``; ``FABRIC_RECORDING`` in its environment, as a label cannot hold a path) or
+    capabilities already probed (no label, no environment: a live machine).
+
+    ``name`` (default: the profile's name), ``roles`` and ``max_concurrent_tasks`` (an override of
+    the slots) go to the probe; ``max_slots`` caps the slots (and CPUs) after it. ``pool``,
+    ``pool_tier``, ``zone`` label where the node belongs; ``instance_id``, ``spare``, ``provider``,
+    ``shape`` (given by a provider) label a provisioned node, and ``tags`` add labels
+    (``tag_labels``). ``ValueError`` for an unknown profile (listing them), a recording that is not
+    a folder, a bad role or tag, or a tag that would replace one of the node's own labels."""
+    env: dict[str, str] = {}
+    profile: str | None = None
+    if isinstance(source, NodeCapabilities):
+        caps = source
+    else:
+        from probes import RecordedSources, probe_node
+
+        if isinstance(source, str):
+            from probes.profiles import profile_path
+
+            profile = source
+            path = profile_path(source)  # ValueError listing the profiles
+            name = name or source
+        else:
+            path = Path(source).resolve()
+            if not path.is_dir():
+                raise ValueError(f"recording {str(source)!r} is not a folder")
+            env[RECORDING_ENV] = str(path)
+        caps = probe_node(RecordedSources(path), name=name, roles=tuple(roles), max_concurrent_tasks=max_concurrent_tasks)
+    if max_slots is not None and caps.limitations.max_concurrent_tasks > max_slots:
+        # What probe_node(..., max_concurrent_tasks=max_slots) gives: the slots are the limitation's only input.
+        caps = caps.model_copy(update={"limitations": Limitations(max_concurrent_tasks=max_slots, notes=caps.limitations.notes)})
+    labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone)
+    if profile is not None:
+        labels[PROFILE_LABEL] = profile
+    own = {INSTANCE_LABEL: instance_id, SPARE_LABEL: None if spare is None else ("true" if spare else "false"),
+           PROVIDER_LABEL: provider, SHAPE_LABEL: None if shape is None else label_value(shape)}
+    labels.update({k: v for k, v in own.items() if v is not None})
+    extra = tag_labels(tags)
+    clash = sorted(set(extra) & set(labels))
+    if clash:
+        raise ValueError(f"tag {clash[0]!r} would replace the node's own label (own labels: {', '.join(sorted(labels))})")
+    labels.update(extra)
+    return NodeArgs(capabilities=caps, num_cpus=caps.limitations.max_concurrent_tasks, num_gpus=caps.ray_gpus,
+                    resources=caps.to_ray_resources(), labels=labels, env=env)
+
+
+def ray_start_args(node: NodeArgs, *, address: str | None, head_port: int | None = None, ray: str = "ray",
+                   node_ip_address: str | None = None, block: bool = False, dashboard_agent_listen_port: int | None = None,
+                   extra: Sequence[str] = ()) -> list[str]:
+    """The ``ray start`` argv for ``node``: ``--address=ADDRESS`` (or ``--head`` when ``address`` is
+    None, with ``--port`` when ``head_port``), its CPUs, GPUs, resources (compact JSON, sorted) and
+    labels (``k=v,...`` sorted, Ray 2.60's label string), then ``--node-ip-address``,
+    ``--dashboard-agent-listen-port`` (0 lets several raylets share a host), ``--block`` and
+    ``extra`` as given. The environment to run it in is ``node.env`` over this process's."""
+    argv = [ray, "start"]
+    if address is None:
+        argv += ["--head"] + ([f"--port={head_port}"] if head_port else [])
+    else:
+        argv += [f"--address={address}"]
+    argv += [f"--num-cpus={node.num_cpus}", f"--num-gpus={node.num_gpus}",
+             f"--resources={json.dumps(node.resources, sort_keys=True, separators=(',', ':'))}",
+             f"--labels={','.join(f'{k}={v}' for k, v in sorted(node.labels.items()))}"]
+    if node_ip_address:
+        argv.append(f"--node-ip-address={node_ip_address}")
+    if dashboard_agent_listen_port is not None:
+        argv.append(f"--dashboard-agent-listen-port={dashboard_agent_listen_port}")
+    if block:
+        argv.append("--block")
+    return argv + list(extra)
+
+
+def profile_for(shape: NodeShape, provider: str = "local") -> str:
+    """The bundled profile a shape names (``shape.profile``, else its name); ``ProviderError``
+    (reason ``unknown_profile``) naming the shape and the profile, listing the bundled ones."""
+    from probes.profiles import profiles
+
+    profile = shape.profile or shape.name
+    known = profiles()
+    if profile not in known:
+        raise ProviderError(f"shape {shape.name!r} names profile {profile!r}, which is not a bundled profile; profiles: {', '.join(known)}",
+                            reason="unknown_profile", provider=provider, shape=shape.name, profile=profile, field="profile")
+    return profile
+
+
+def find_ray(explicit: str | None = None) -> str | None:
+    """The ``ray`` executable: ``explicit``, else the one next to this Python, else on PATH."""
+    if explicit:
+        return explicit if (os.path.isfile(explicit) and os.access(explicit, os.X_OK)) else None
+    here = Path(sys.executable).parent / "ray"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    return shutil.which("ray")
+
+
+def _unreachable(address: str, timeout_s: float = 3.0) -> str | None:
+    """None when something accepts TCP at ``address``, else why not (``ray start`` itself would
+    retry for minutes before giving up)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
+def _loopback_host(address: str) -> str | None:
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        return host if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        return None
+
+
+# -- sessions we started -----------------------------------------------------------------------------------
+def _exited(pid: int) -> bool:
+    """Whether our child ``pid`` has ended, without reaping it: while it is an unreaped zombie its
+    pid, hence its session and process group id, cannot be reused, so signalling them stays safe."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_exited(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _exited(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _session_members(sid: int) -> builtins.list[int]:
+    """The live (not zombie) processes of session ``sid`` other than its leader."""
+    import psutil
+
+    out = []
+    for pid in psutil.pids():
+        try:
+            if pid != sid and os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            pass
+    return out
+
+
+def _signal_session(sid: int, sig: int) -> None:
+    """Send ``sig`` to every process of the session ``sid`` our child leads: its process group and
+    the groups its descendants made inside the session (Ray puts some workers in groups of their
+    own). Only processes whose session id is ``sid`` are signalled."""
+    try:
+        os.killpg(sid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in _session_members(sid):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+@dataclass
+class _Child:
+    node: ProvisionedNode
+    proc: subprocess.Popen
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    returncode: int | None = None
+
+
+class LocalProvider:
+    """Provision nodes as ``ray start --block`` children of this process, joining ``address``.
+
+    ``node_ip_address``: every child's ``--node-ip-address`` (default: ``address``'s host when it
+    is a loopback address, else Ray's choice). ``max_slots``: cap each node's slots (and CPUs).
+    ``env``: extra environment for the children (over this process's, less the loopback switch).
+    ``ray``: the ``ray`` executable (default: next to this Python, else on PATH). ``log_dir``:
+    where each child's output goes (``<instance id>.log``; default: a temporary folder removed by
+    ``close``). ``start_timeout_s``: how long ``provision`` waits for ``ray start`` to report its
+    node started; ``stop_grace_s``: how long ``terminate`` waits after SIGTERM before SIGKILL.
+    ``clock`` (wall seconds) stamps ``started_at``; ``new_id`` makes instance ids.
+    Use as a context manager, or call ``close()``: it terminates every child still running.
+    """
+
+    name = "local"
+
+    def __init__(self, address: str, *, node_ip_address: str | None = None, max_slots: int | None = None,
+                 env: Mapping[str, str] | None = None, ray: str | None = None, log_dir: str | os.PathLike[str] | None = None,
+                 start_timeout_s: float = 120.0, stop_grace_s: float = 45.0, clock: Callable[[], float] = time.time,
+                 new_id: Callable[[], str] | None = None) -> None:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ProviderError(f"address {address!r} is not HOST:PORT", reason="bad_address", provider=self.name, field="address")
+        if max_slots is not None and max_slots < 1:
+            raise ProviderError(f"max_slots must be at least 1, got {max_slots}", reason="bad_max_slots", provider=self.name,
+                                field="max_slots")
+        self.address = address
+        self.node_ip_address = node_ip_address or _loopback_host(address)
+        self.max_slots = max_slots
+        self.env = dict(env or {})
+        self.ray = ray
+        self.start_timeout_s = start_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self._clock = clock
+        self._new_id = new_id or (lambda: f"local-{secrets.token_hex(5)}")
+        self._given_log_dir = Path(log_dir) if log_dir is not None else None
+        self._temp_log_dir: str | None = None
+        self._children: dict[str, _Child] = {}
+        self._ended: dict[str, int | None] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        atexit.register(self.close)
+
+    # -- the protocol --------------------------------------------------------------------------------------
+    def provision(self, shape: NodeShape, *, pool: str, pool_tier: str, spare: bool = False,
+                  tags: Mapping[str, str] = NO_TAGS) -> ProvisionedNode:
+        """Start one node of ``shape`` (its profile) for ``pool`` / ``pool_tier`` and return once
+        ``ray start`` reports the node's processes up (its registration with the fabric follows).
+        ``ProviderError``: an unknown profile, a bad pool/pool tier/tag, no ``ray`` executable, a
+        head nothing answers at (``unreachable``), all before any process starts; or a ``ray
+        start`` that exited (``start_failed``) or did not start its node within ``start_timeout_s``
+        (``start_timeout``; it is stopped), with the log tail. A failed provision leaves no process."""
+        if self._closed:
+            raise ProviderError("this local provider is closed", reason="closed", provider=self.name)
+        profile = profile_for(shape, self.name)
+        for what, value in (("pool", pool), ("pool_tier", pool_tier)):
+            if not isinstance(value, str) or not value or label_value(value) != value:
+                raise ProviderError(f"{what} {value!r} is not a valid label value", reason="invalid_pool", provider=self.name,
+                                    shape=shape.name, field=what)
+        try:
+            tag_labels(tags)
+        except ValueError as exc:
+            raise ProviderError(str(exc), reason="invalid_tag", provider=self.name, shape=shape.name, field="tags") from exc
+        ray = find_ray(self.ray)
+        if ray is None:
+            where = f"at {self.ray!r}" if self.ray else "next to this Python or on PATH"
+            raise ProviderError(f"the `ray` command was not found {where}", reason="no_ray", provider=self.name, shape=shape.name)
+        why = _unreachable(self.address)
+        if why is not None:
+            raise ProviderError(f"cannot reach the head at {self.address}: {why}", reason="unreachable", provider=self.name,
+                                shape=shape.name, field="address")
+        instance_id = self._new_id()
+        try:
+            spec = node_args(profile, name=instance_id, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier,
+                             instance_id=instance_id, spare=spare, provider=self.name, shape=shape.name, tags=tags)
+        except ValueError as exc:
+            raise ProviderError(f"shape {shape.name!r}: {exc}", reason="invalid_node", provider=self.name, shape=shape.name,
+                                profile=profile) from exc
+        argv = ray_start_args(spec, address=self.address, ray=ray, node_ip_address=self.node_ip_address, block=True,
+                              dashboard_agent_listen_port=0, extra=["--log-color=false"])
+        log_path = self._log_dir() / f"{instance_id}.log"
+        try:
+            with open(log_path, "wb") as log:
+                # A session of its own: everything the child starts stays in it (ray start makes itself
+                # a group leader anyway), so a signal to the session reaches the whole node.
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=self._child_env(spec.env), start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise ProviderError(f"could not run {ray}: {exc}", reason="start_failed", provider=self.name, shape=shape.name,
+                                profile=profile, instance_id=instance_id) from exc
+        node = ProvisionedNode(instance_id=instance_id, provider=self.name, pool=pool, pool_tier=pool_tier, shape=shape,
+                               spare=spare, started_at=self._clock(), name=instance_id, profile=profile, labels=dict(spec.labels),
+                               pid=proc.pid, log_path=str(log_path))
+        child = _Child(node, proc)
+        with self._lock:
+            self._children[instance_id] = child
+            closed = self._closed
+        if closed:  # close() ran meanwhile and did not see this child
+            self._stop(child, grace_s=_FAILED_START_GRACE_S)
+            raise ProviderError("this local provider was closed while provisioning", reason="closed", provider=self.name,
+                                instance_id=instance_id)
+        self._wait_started(child, log_path)
+        return node
+
+    def terminate(self, instance_id: str) -> None:
+        """SIGTERM the session of the node ``instance_id`` (its ``ray start`` and all it started),
+        wait ``stop_grace_s``, then SIGKILL what is left; return once it is gone. A node of this
+        provider that already ended is a no-op; an id it never made is a ``ProviderError``
+        (``unknown_instance``)."""
+        with self._lock:
+            child = self._children.get(instance_id)
+            if child is None:
+                if instance_id in self._ended:
+                    return
+                running = sorted(self._children)
+                raise ProviderError(f"no instance {instance_id!r} was started by this local provider; "
+                                    f"running: {', '.join(running) or 'none'}", reason="unknown_instance",
+                                    provider=self.name, instance_id=instance_id)
+        self._stop(child)
+
+    def list(self) -> builtins.list[ProvisionedNode]:
+        """The nodes started here whose ``ray start`` is still running, oldest first (one that ended
+        on its own is reaped and left out)."""
+        with self._lock:
+            children = builtins.list(self._children.values())
+        running = []
+        for child in children:
+            if _exited(child.proc.pid):
+                self._stop(child)
+            else:
+                running.append(child.node)
+        return sorted(running, key=lambda n: (n.started_at, n.instance_id))
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def exit_code(self, instance_id: str) -> int | None:
+        """The exit status of an instance that ended (negative: the signal that ended it; None: not
+        ended, or not one of ours). ``ray start`` exits 1 after a SIGTERM it handled."""
+        with self._lock:
+            return self._ended.get(instance_id)
+
+    def close(self) -> None:
+        """Terminate every child still running (all signalled first, then each waited for) and
+        remove the temporary log folder. Idempotent."""
+        with self._lock:
+            self._closed = True
+            children = builtins.list(self._children.values())
+        for child in children:
+            if not _exited(child.proc.pid):
+                _signal_session(child.proc.pid, signal.SIGTERM)
+        for child in children:
+            self._stop(child)
+        if self._temp_log_dir is not None:
+            shutil.rmtree(self._temp_log_dir, ignore_errors=True)
+            self._temp_log_dir = None
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "LocalProvider":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalProvider({self.address!r}, running={sorted(self._children)})"
+
+    # -- internals -------------------------------------------------------------------------------------------
+    def _log_dir(self) -> Path:
+        if self._given_log_dir is not None:
+            self._given_log_dir.mkdir(parents=True, exist_ok=True)
+            return self._given_log_dir
+        with self._lock:
+            if self._temp_log_dir is None:
+                self._temp_log_dir = tempfile.mkdtemp(prefix="fabric-local-provider-")
+            return Path(self._temp_log_dir)
+
+    def _child_env(self, node_env: Mapping[str, str]) -> dict[str, str]:
+        env = dict(os.environ)
+        if env.get(ENABLE_CLUSTER_ENV) == "0":
+            env.pop(ENABLE_CLUSTER_ENV)  # ray start --address refuses to run with the loopback-only switch on
+        env.update(self.env)
+        env.update(node_env)
+        return env
+
+    def _wait_started(self, child: _Child, log_path: Path) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if _exited(child.proc.pid):
+                self._stop(child, grace_s=0.0)
+                raise ProviderError(f"ray start for {child.node.instance_id} (shape {child.node.shape.name!r}) exited with "
+                                    f"status {child.returncode} before its node started: {_tail(log_path, 3)}",
+                                    reason="start_failed", provider=self.name, shape=child.node.shape.name,
+                                    profile=child.node.profile, instance_id=child.node.instance_id, log_tail=_tail(log_path))
+            try:
+                if STARTED_MARK in log_path.read_text(errors="replace"):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                self._stop(child, grace_s=_FAILED_START_GRACE_S)
+                raise ProviderError(f"ray start for {child.node.instance_id} (shape {child.node.shape.name!r}) did not start "
+                                    f"its node within {self.start_timeout_s:g} s; stopped it", reason="start_timeout",
+                                    provider=self.name, shape=child.node.shape.name, profile=child.node.profile,
+                                    instance_id=child.node.instance_id, log_tail=_tail(log_path))
+            time.sleep(0.1)
+
+    def _stop(self, child: _Child, grace_s: float | None = None) -> None:
+        """Stop ``child``'s session and reap it (SIGTERM, ``grace_s`` (default ``stop_grace_s``),
+        SIGKILL); then it is ended."""
+        pid = child.proc.pid
+        with child.lock:
+            if child.proc.returncode is None:
+                if not _exited(pid):
+                    _signal_session(pid, signal.SIGTERM)
+                    if not _wait_exited(pid, self.stop_grace_s if grace_s is None else grace_s):
+                        _signal_session(pid, signal.SIGKILL)
+                        _wait_exited(pid, 30.0)
+                # The leader is now an unreaped zombie, so its session id is still ours: sweep what
+                # is left of the session (Ray's reaper, a worker slow to exit) before reaping it.
+                _signal_session(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 5.0
+                while _session_members(pid) and time.monotonic() < deadline:  # SIGKILLed, not yet gone
+                    time.sleep(0.02)
+                try:
+                    child.proc.wait(timeout=30.0)
+                except subprocess.TimeoutExpired:  # not ended even after SIGKILL: leave it listed
+                    return
+            child.returncode = child.proc.returncode
+        with self._lock:
+            if self._children.get(child.node.instance_id) is child:
+                del self._children[child.node.instance_id]
+                self._ended[child.node.instance_id] = child.returncode
