@@ -191,3 +191,24 @@ def test_a_manual_job_waits_for_its_start_and_a_dry_run_acts_on_nothing(lf):
     wait_running(lf, "manual")
     delete(lf, "manual")
     assert "manual" not in {x.bundle_id for x in lf.handle.bundles()}
+
+
+def test_fabric_bundles_lists_a_bundle_and_its_jobs(lf, capsys):
+    import json
+
+    from fabric.cli import main
+
+    b = Bundle(bundle_id="listed", resilience=ResiliencePolicy(same_node="forbid", same_zone="allow"),
+               jobs=[BundleJob(name="enc", cls=Worker)])
+    lf.handle.create_bundle(b)
+    wait_running(lf, "listed")
+    capsys.readouterr()
+    assert main(["bundles", "--json"]) == 0  # in-process: this driver's connection
+    rows = {r["bundle_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["listed"]["state"] == "live" and rows["listed"]["replicas"] == 2
+    assert sorted((j["replica"], j["state"]) for j in rows["listed"]["jobs"]) == [("backup", "running"), ("primary", "running")]
+    assert main(["bundles", "listed"]) == 0
+    assert "bundle    listed" in capsys.readouterr().out
+    assert main(["bundles", "nope"]) == 2
+    assert "no bundle 'nope'" in capsys.readouterr().err
+    delete(lf, "listed")
