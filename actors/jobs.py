@@ -273,6 +273,15 @@ class JobRunner(BundleOps):
     def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
         self.handles.pop(key, None)
         self._apply(self.book.died(job_id, key, self.clock(), reason=reason, preempted=preempted, invalid_spec=invalid))
+        self._soon()
+
+    def _soon(self) -> None:
+        """Place what is due right after this step, not at the next tick (a recovery waits for
+        nothing but its own ``not_before``)."""
+        try:
+            asyncio.get_event_loop().call_soon(self._place_due)
+        except RuntimeError:  # no loop (a unit test driving the runner by hand): the next tick places it
+            pass
 
     async def _stop(self, ins: StopInstance) -> None:
         handle = self.handles.get(ins.binding.instance_key) or self.launcher.find(ins.job_id, ins.binding.instance_key)
@@ -361,6 +370,7 @@ class JobRunner(BundleOps):
 
     def node_lost(self, node_id: str) -> None:
         self._apply(self.book.node_lost(node_id, self.clock()))
+        self._soon()
 
     # -- requests -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,
@@ -381,10 +391,12 @@ class JobRunner(BundleOps):
         self.book.add(job_id, spec, self.clock(), bundle_id=bundle_id, replica=replica, dormant=dormant)
         self.persist({job_id: (cls_blob, args_blob)})
         if self.resumed and place:  # placed right after this answer, not before it: a submit is quick
-            asyncio.get_event_loop().call_soon(self._place_due)
+            self._soon()
         return job_id
 
     def _place_due(self) -> None:
+        if not self.resumed:
+            return
         try:
             self._apply(self.book.due(self.clock(), self._where))
         except Exception as exc:  # the next tick tries again

@@ -34,7 +34,7 @@ SUBMIT_ATTEMPTS = 3
 """Times a submit is sent (with the same job id) before the caller is told the scheduler is away."""
 RESOLVE_S = 0.5
 """How long a handle uses the instance it last resolved before asking the scheduler again."""
-POLL_S = 0.1
+POLL_S = 0.05
 
 #: Decorator arguments a class takes besides the requirement's (``JobSpec`` fields).
 JOB_ARGS = frozenset({"on_runtime_failure", "max_restarts_per_hour", "essential", "template", "health_period_s",
