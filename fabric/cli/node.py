@@ -84,19 +84,17 @@ def parse_address(address: str) -> tuple[str, int]:
 def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_port: int | None = None, profile: str | None = None,
                     recording: str | None = None, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
                     extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
-    """The ``ray start`` argv and the extra environment for a node with capabilities ``caps``."""
-    labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone)
+    """The ``ray start`` argv and the extra environment for a node with capabilities ``caps``: the
+    ``local`` provider's builders (``fabric.providers.local``), so a joined node and a provisioned
+    one join Ray alike."""
+    from dataclasses import replace
+
+    from fabric.providers.local import node_args, ray_start_args
+
+    node = node_args(caps, pool=pool, pool_tier=pool_tier, zone=zone)
     if profile:
-        labels[PROFILE_LABEL] = profile
-    argv = [ray, "start"]
-    if address is None:
-        argv += ["--head"] + ([f"--port={head_port}"] if head_port else [])
-    else:
-        argv += [f"--address={address}"]
-    argv += [f"--num-cpus={caps.limitations.max_concurrent_tasks}", f"--num-gpus={caps.ray_gpus}",
-             f"--resources={json.dumps(caps.to_ray_resources(), sort_keys=True, separators=(',', ':'))}",
-             f"--labels={','.join(f'{k}={v}' for k, v in sorted(labels.items()))}"]
-    argv += list(extra)
+        node = replace(node, labels={**node.labels, PROFILE_LABEL: profile})
+    argv = ray_start_args(node, ray=ray, address=address, head_port=head_port, extra=extra)
     env = {RECORDING_ENV: str(Path(recording).resolve())} if recording else {}
     return argv, env
 

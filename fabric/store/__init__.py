@@ -21,7 +21,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from fabric.core.errors import FabricError
 from fabric.core.lifecycle import NodeStatus
@@ -69,6 +69,29 @@ def _rebuild_store_error(message: str, path: str | None) -> "StoreError":
     return StoreError(message, path=path)
 
 
+def open_or_move_aside(path: Path, opener: Callable[[], sqlite3.Connection]) -> tuple[sqlite3.Connection, Path | None]:
+    """``opener()``'s connection to the SQLite file ``path`` (its folder made first), and where a
+    file SQLite could not read was moved aside first (None when none was): a corrupt store starts
+    afresh, and says so, rather than stopping the fabric. ``StoreError`` when the file cannot be
+    opened at all (a permission, a missing mount)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the store directory {path.parent}: {exc.strerror}", path=str(path)) from exc
+    try:
+        return opener(), None
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+            raise StoreError(f"cannot open store {path}: {exc}", path=str(path)) from exc
+    target = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    path.rename(target)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            side.rename(target.with_name(target.name + suffix))
+    return opener(), target
+
+
 class FabricStore:
     """Node records in SQLite (WAL). Thread-safe for the few calls an actor makes; every write is
     one short transaction."""
@@ -78,17 +101,7 @@ class FabricStore:
         self.recovered_from: Path | None = None
         """Where a corrupt file was moved aside when this store opened, if one was."""
         self._lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the store directory {self.path.parent}: {exc.strerror}", path=str(self.path)) from exc
-        try:
-            self._conn = self._open()
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
-                raise StoreError(f"cannot open store {self.path}: {exc}", path=str(self.path)) from exc
-            self.recovered_from = self._move_aside()
-            self._conn = self._open()
+        self._conn, self.recovered_from = open_or_move_aside(self.path, self._open)
 
     # -- opening ----------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -110,15 +123,6 @@ class FabricStore:
             conn.close()
             raise
         return conn
-
-    def _move_aside(self) -> Path:
-        target = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-        self.path.rename(target)
-        for suffix in ("-wal", "-shm"):
-            side = self.path.with_name(self.path.name + suffix)
-            if side.exists():
-                side.rename(target.with_name(target.name + suffix))
-        return target
 
     @property
     def schema_version(self) -> int:

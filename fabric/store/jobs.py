@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Iterable
 
-from fabric.store import StoreError
+from fabric.store import open_or_move_aside
 
 MAX_EVENTS = 10_000
 _SCHEMA = """
@@ -34,19 +33,7 @@ class JobStore:
         self.path = Path(path)
         self.recovered_from: Path | None = None
         self._lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the store directory {self.path.parent}: {exc.strerror}", path=str(self.path)) from exc
-        try:
-            self._conn = self._open()
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
-                raise StoreError(f"cannot open store {self.path}: {exc}", path=str(self.path)) from exc
-            target = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            self.path.rename(target)
-            self.recovered_from = target
-            self._conn = self._open()
+        self._conn, self.recovered_from = open_or_move_aside(self.path, self._open)
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
