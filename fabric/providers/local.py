@@ -47,23 +47,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from fabric.core.capabilities import Limitations, NodeCapabilities, label_value
-from fabric.core.names import LABEL_PREFIX, PROFILE_LABEL, RECORDING_ENV
+from fabric.core.names import (
+    INSTANCE_LABEL, LABEL_PREFIX, PROFILE_LABEL, PROVIDER_LABEL, RECORDING_ENV, SHAPE_LABEL, SPARE_LABEL,
+)
 from fabric.core.settings import NodeShape
 from fabric.providers.base import NO_TAGS, ProviderError, ProvisionedNode
 
 __all__ = ["LocalProvider", "NodeArgs", "node_args", "ray_start_args", "profile_for", "tag_labels", "find_ray",
            "INSTANCE_LABEL", "SPARE_LABEL", "PROVIDER_LABEL", "SHAPE_LABEL"]
 
-# Labels of provisioned nodes. fabric.core.names has the pool and pool-tier keys; these four are
-# new with providers (to be moved there).
-INSTANCE_LABEL = f"{LABEL_PREFIX}instance"
-"""The provider's instance id of a provisioned node: how a registering node is matched to its provision."""
-SPARE_LABEL = f"{LABEL_PREFIX}spare"
-"""``true`` on a node provisioned as a hot spare, ``false`` on other provisioned nodes."""
-PROVIDER_LABEL = f"{LABEL_PREFIX}provider"
-"""The provider that made the node (``local``...)."""
-SHAPE_LABEL = f"{LABEL_PREFIX}shape"
-"""The node shape it was provisioned as."""
+# Labels of provisioned nodes: fabric.core.names (re-exported here, where they are written).
 
 ENABLE_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _FAILED_START_GRACE_S = 5.0

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fabric.core.names import PROFILE_LABEL, RECORDING_ENV
 from fabric.core.settings import FabricSettings
 
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
@@ -43,32 +42,21 @@ class LocalNode:
 def node_spec(profile: str, name: str | None = None, *, max_slots: int | None = None, pool: str | None = None,
               pool_tier: str | None = None, zone: str | None = None) -> dict[str, Any]:
     """``Cluster.add_node`` arguments for a node of ``profile``: CPUs = its fabric slots, its
-    capability resources and labels, and the profile label the probe actor reads."""
-    from probes.profiles import profile_path
-    from probes import RecordedSources, probe_node
+    capability resources and labels, and the profile label the probe actor reads. Built by the
+    ``local`` provider's ``node_args``, so a LocalFabric node joins Ray as a provisioned one does."""
+    from fabric.providers.local import node_args
 
-    name = name or profile
-    caps = probe_node(RecordedSources(profile_path(profile)), name=name)
-    if max_slots is not None and caps.limitations.max_concurrent_tasks > max_slots:
-        caps = probe_node(RecordedSources(profile_path(profile)), name=name, max_concurrent_tasks=max_slots)
-    labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone)
-    labels[PROFILE_LABEL] = profile
-    return {"num_cpus": caps.limitations.max_concurrent_tasks, "num_gpus": caps.ray_gpus,
-            "resources": caps.to_ray_resources(), "labels": labels}
+    return node_args(profile, name=name, max_slots=max_slots, pool=pool, pool_tier=pool_tier, zone=zone).cluster_kwargs()
 
 
 def recording_node_spec(recording: str, name: str, *, max_slots: int | None = None, pool: str | None = None,
                         pool_tier: str | None = None, zone: str | None = None) -> dict[str, Any]:
     """Like ``node_spec`` for an arbitrary recording folder: no profile label (a label cannot hold a
     path); the raylet's environment carries ``FABRIC_RECORDING`` and its workers inherit it."""
-    from probes import RecordedSources, probe_node
+    from fabric.providers.local import node_args
 
-    path = str(Path(recording).resolve())
-    caps = probe_node(RecordedSources(path), name=name)
-    if max_slots is not None and caps.limitations.max_concurrent_tasks > max_slots:
-        caps = probe_node(RecordedSources(path), name=name, max_concurrent_tasks=max_slots)
-    return {"num_cpus": caps.limitations.max_concurrent_tasks, "num_gpus": caps.ray_gpus, "resources": caps.to_ray_resources(),
-            "labels": caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone), "env_vars": {RECORDING_ENV: path}}
+    return node_args(Path(recording), name=name, max_slots=max_slots, pool=pool, pool_tier=pool_tier,
+                     zone=zone).cluster_kwargs()
 
 
 def _free_port() -> int:
