@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fabric.core.names import PROFILE_LABEL, RECORDING_ENV
+from fabric.providers.local import find_ray
 
 __all__ = ["add_parser", "build_ray_start", "find_ray", "format_status_table", "status_rows"]
 
@@ -63,16 +64,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 # -- join / start-head ----------------------------------------------------------------------------------
-def find_ray(explicit: str | None = None) -> str | None:
-    """The ``ray`` executable: ``explicit``, else the one next to this Python, else on PATH."""
-    if explicit:
-        return explicit if (os.path.isfile(explicit) and os.access(explicit, os.X_OK)) else None
-    here = Path(sys.executable).parent / "ray"
-    if here.is_file() and os.access(here, os.X_OK):
-        return str(here)
-    return shutil.which("ray")
-
-
 def parse_address(address: str) -> tuple[str, int]:
     """``HOST:PORT`` -> (host, port); ``ValueError`` saying what is wrong."""
     host, sep, port = address.rpartition(":")

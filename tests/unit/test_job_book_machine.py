@@ -13,7 +13,8 @@ from fabric.core.jobs import JobBook, JobSpec
 from fabric.core.jobs.book import RETRY_S, Binding, PlaceJob, ReleaseSlot, StartInstance, StopInstance
 from fabric.core.settings import FabricSettings
 
-from test_job_book import NODES, J, ctx, history_problems, make_bundle, where3
+from test_job_book import NODES, J, ctx, history_problems, where3
+from test_job_book_bundles import make_bundle
 
 
 # -- random sequences ------------------------------------------------------------------------------
