@@ -69,6 +69,20 @@ def _rebuild_store_error(message: str, path: str | None) -> "StoreError":
     return StoreError(message, path=path)
 
 
+def connect_wal(path: Path, schema: str) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` as the fabric's stores use it: autocommit (each
+    write is its own explicit transaction), shared by an actor's threads, WAL, ``schema`` applied."""
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(schema)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def open_or_move_aside(path: Path, opener: Callable[[], sqlite3.Connection]) -> tuple[sqlite3.Connection, Path | None]:
     """``opener()``'s connection to the SQLite file ``path`` (its folder made first), and where a
     file SQLite could not read was moved aside first (None when none was): a corrupt store starts
@@ -105,11 +119,8 @@ class FabricStore:
 
     # -- opening ----------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+        conn = connect_wal(self.path, _SCHEMA)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
             row = conn.execute("SELECT version FROM schema_version").fetchone()
             if row is None:
                 conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))

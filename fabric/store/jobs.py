@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from fabric.store import open_or_move_aside
+from fabric.store import connect_wal, open_or_move_aside
 
 MAX_EVENTS = 10_000
 _SCHEMA = """
@@ -31,20 +31,11 @@ class JobStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.recovered_from: Path | None = None
         self._lock = threading.Lock()
         self._conn, self.recovered_from = open_or_move_aside(self.path, self._open)
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return connect_wal(self.path, _SCHEMA)
 
     def close(self) -> None:
         with self._lock:
