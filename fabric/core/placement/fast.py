@@ -232,7 +232,10 @@ _TASK_FITS: dict = {}
 def _provision_level(fleet: FleetView, req, ctx, level: ComputeTier, pool: str, pts) -> Decision | None:
     if not may_provision(ctx):
         return None
+    held = fleet.provision_held
     for pt in pts:
+        if held and (pool, pt.name) in held:
+            continue
         shape = provision_shape(pt, fleet.counts.get((pool, pt.name), 0), req, ctx, level)
         if shape is not None:
             return walk.provision(shape, req, ctx, level, pool, pt.name, None)

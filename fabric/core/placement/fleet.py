@@ -111,6 +111,8 @@ class FleetView:
         self.buckets: dict[tuple, list[tuple[float, str]]] = {}
         self.members: dict[tuple, set[str]] = {}
         self.counts: dict[Segment, int] = {}
+        self.provision_held: frozenset[Segment] = frozenset()
+        """(pool, pool tier) segments that may not provision now (a failed provision's backoff)."""
         self._cow_gen = 0
         self._base: "dict[str, NodeRecord] | None" = None
         self._journal: "list | None" = None

@@ -89,6 +89,10 @@ class NodeRecord:
     """Pool tier (None: the pool's fixed tier, resolved by the ``FleetView``)."""
     launching: bool = False
     """A node still coming up (provisioned, not yet booted): placeable, ranked below booted ones."""
+    instance_id: str | None = None
+    """The provider's instance id of a provisioned node (its ``fabric.io/instance`` label)."""
+    provider: str | None = None
+    """The provider that made it (``fabric.io/provider``); None for a node that joined by hand."""
     label_tier: ComputeTier | None = None
     """The tier the node's Ray label says (``fabric.io/tier``, fixed when its raylet started).
     None: the tier its capabilities serve. A demoted node keeps its old label, so whatever routes

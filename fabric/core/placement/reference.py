@@ -71,10 +71,10 @@ def walk_fleet(fleet, req: Requirement, ctx: PlacementContext, *, trace: bool):
         else:
             if best is not None or not may_provision(ctx):
                 continue
-            shape = provision_shape(pt, _count(records, pool_name, pt.name), req, ctx, level)
+            shape = _shape(fleet, pt, records, pool_name, req, ctx, level)
             if trace:
                 tsteps.append(TraceStep("provision", level, pool_name, pt.name,
-                                        note=f"provision {shape.name}" if shape else _why_not(pt, records, pool_name)))
+                                        note=f"provision {shape.name}" if shape else _why_not(pt, records, pool_name, fleet)))
             if shape is not None:
                 return walk.provision(shape, req, ctx, level, pool_name, pt.name, None), tsteps, (level.value, pt.name)
     if best is None:
@@ -90,7 +90,15 @@ def _count(records, pool: str, pt: str) -> int:
     return sum(1 for r in records if r.pool == pool and r.pool_tier == pt and counts_toward_max(r))
 
 
-def _why_not(pt, records, pool: str) -> str:
+def _shape(fleet, pt, records, pool: str, req, ctx, level):
+    if (pool, pt.name) in getattr(fleet, "provision_held", ()):
+        return None
+    return provision_shape(pt, _count(records, pool, pt.name), req, ctx, level)
+
+
+def _why_not(pt, records, pool: str, fleet=None) -> str:
+    if fleet is not None and (pool, pt.name) in getattr(fleet, "provision_held", ()):
+        return "held after a failed provision (backing off)"
     if pt.scale_out != "elastic":
         return "fixed pool tier: cannot provision"
     if pt.max_nodes is not None and _count(records, pool, pt.name) >= pt.max_nodes:
@@ -103,10 +111,10 @@ def _provision_at(fleet, req, ctx, level, pool_name, pool_tiers, tsteps, trace) 
         return None
     records = fleet.records()
     for pt in pool_tiers:
-        shape = provision_shape(pt, _count(records, pool_name, pt.name), req, ctx, level)
+        shape = _shape(fleet, pt, records, pool_name, req, ctx, level)
         if trace:
             tsteps.append(TraceStep("provision", level, pool_name, pt.name,
-                                    note=f"provision {shape.name}" if shape else _why_not(pt, records, pool_name)))
+                                    note=f"provision {shape.name}" if shape else _why_not(pt, records, pool_name, fleet)))
         if shape is not None:
             return walk.provision(shape, req, ctx, level, pool_name, pt.name, None)
     return None

@@ -9,13 +9,14 @@ calls go), ``invariants`` (``validate_state``), ``calls`` (call-style wrappers o
 from fabric.core.scheduling.core import STIMULUS_LOG_SIZE, Clock, SchedulerCore
 from fabric.core.scheduling.drain import DRAIN_LIFECYCLE, DrainPhase
 from fabric.core.scheduling.instructions import (
-    Answer, Expired, Instruction, MarkDraining, Placed, Refused, SetCordoned, reply,
+    Answer, Expired, Instruction, MarkDraining, Placed, ProvisionNode, Refused, SetCordoned, TerminateNode, reply,
 )
 from fabric.core.scheduling.invariants import InvalidStateError
 from fabric.core.scheduling.replies import LeaseGrant, LeaseSlot, NodeAssignment
 from fabric.core.scheduling.stimuli import (
     Cancelled, CallsReported, Cordoned, DrainRequested, LeaseEnded, LeaseRequested, NodeChanged, NodeJoined,
-    NodeLost, OutsidersSeen, PlacementUnclaimed, PlaceRequested, SelectRequested, SlotsReleased, Stimulus, Tick,
+    NodeLost, OutsidersSeen, PlacementUnclaimed, PlaceRequested, ProvisionFailed, ProvisionStarted, SelectRequested,
+    SlotsReleased, Stimulus, Tick,
     Uncordoned, new_stimulus_id,
 )
 
@@ -23,6 +24,6 @@ __all__ = [
     "Answer", "CallsReported", "Cancelled", "Clock", "Cordoned", "DRAIN_LIFECYCLE", "DrainPhase", "DrainRequested",
     "Expired", "Instruction", "InvalidStateError", "LeaseEnded", "LeaseGrant", "LeaseRequested", "LeaseSlot",
     "MarkDraining", "NodeAssignment", "NodeChanged", "NodeJoined", "NodeLost", "OutsidersSeen", "Placed",
-    "PlacementUnclaimed", "PlaceRequested", "Refused", "STIMULUS_LOG_SIZE", "SchedulerCore", "SelectRequested",
-    "SetCordoned", "SlotsReleased", "Stimulus", "Tick", "Uncordoned", "new_stimulus_id", "reply",
+    "PlacementUnclaimed", "PlaceRequested", "ProvisionFailed", "ProvisionNode", "ProvisionStarted", "Refused", "STIMULUS_LOG_SIZE", "SchedulerCore", "SelectRequested",
+    "SetCordoned", "SlotsReleased", "Stimulus", "TerminateNode", "Tick", "Uncordoned", "new_stimulus_id", "reply",
 ]

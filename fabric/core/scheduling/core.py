@@ -35,10 +35,12 @@ from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
 
 from fabric.core.scheduling import stimuli as st
 from fabric.core.scheduling.calls import LegacyCalls
+from fabric.core.scheduling.cascade import CascadeSteps
 from fabric.core.scheduling.drain import DrainBook
 from fabric.core.scheduling.instructions import Answer, Expired, Instruction, MarkDraining, Placed, Refused, SetCordoned
 from fabric.core.scheduling.invariants import InvalidStateError, state_problems
 from fabric.core.scheduling.leases import LeaseBook, reserve_slots
+from fabric.core.scheduling.provisions import ProvisionBook
 from fabric.core.scheduling.ledger import AllocationLedger
 from fabric.core.scheduling.queue import DeferredQueue, QueuedRequest
 from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
@@ -56,7 +58,7 @@ def hard_fail(req: Requirement) -> CapacityError:
                          requirement=repr(req), reason="no node serves the tier")
 
 
-class SchedulerCore(LegacyCalls):
+class SchedulerCore(CascadeSteps, LegacyCalls):
     """Placement with memory: the fleet, what was placed on it, and what is waiting."""
 
     def __init__(self, settings: FabricSettings | None = None, *, clock: Clock, log_size: int = STIMULUS_LOG_SIZE) -> None:
@@ -68,12 +70,14 @@ class SchedulerCore(LegacyCalls):
         self.queue = DeferredQueue()
         self.leases = LeaseBook(self.settings.health.monitor_interval_s)
         self.drains = DrainBook()
+        self.provisions = ProvisionBook()
         self._outsiders: dict[str, ComputeTier] = {}
         self.counters = {
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
             "placements_deferred": 0, "queue_expired": 0, "released": 0, "fallbacks": 0,
             "nodes_joined": 0, "nodes_lost": 0, "work_lost_with_node": 0, "select_worker_calls": 0,
             "leases_granted": 0, "leases_expired": 0, "calls_reported": 0, "call_reports": 0,
+            "provisions_requested": 0, "provisions_registered": 0, "provisions_failed": 0, "provisions_abandoned": 0,
         }
         self.stimuli_handled = 0
         self._log: deque[tuple[str, str, float]] = deque(maxlen=max(1, log_size))
@@ -86,6 +90,7 @@ class SchedulerCore(LegacyCalls):
             st.SlotsReleased: self._slots_released, st.PlacementUnclaimed: self._placement_unclaimed,
             st.Cancelled: self._cancelled, st.Cordoned: self._cordoned, st.Uncordoned: self._uncordoned,
             st.DrainRequested: self._drain_requested, st.Tick: self._tick,
+            st.ProvisionStarted: self._provision_started, st.ProvisionFailed: self._provision_failed,
         }
 
     # -- the one way in -----------------------------------------------------------------------------
@@ -163,7 +168,8 @@ class SchedulerCore(LegacyCalls):
         ordered = {tier.value: tiers[tier.value] for tier in TIERS_BEST_FIRST if tier.value in tiers}
         return {**self.counters, "queue_depth": self.queue_depth, "nodes": len(self.fleet),
                 "running": len(self.ledger), "tiers": ordered, "leases": len(self.leases),
-                "drains": len(self.drains), "stimuli_handled": self.stimuli_handled}
+                "drains": len(self.drains), "stimuli_handled": self.stimuli_handled,
+                "provisions_pending": len(self.provisions)}
 
     def check_requirement(self, req: Requirement) -> Requirement:
         """``req`` if everything it names exists in the settings in force (its pool); else the
@@ -214,7 +220,8 @@ class SchedulerCore(LegacyCalls):
         self.ledger.note_cap(rec.node_id, rec.slots)
         if fresh:
             self.counters["nodes_joined"] += 1
-        return self._place_waiting(s.stimulus_id)
+        out = self._match_provision(rec, s.stimulus_id) if fresh else []
+        return out + self._place_waiting(s.stimulus_id)
 
     def _node_changed(self, s: st.NodeChanged, now: float) -> list[Instruction]:
         """A node's facts changed (re-probe, demotion to a lower tier, status, flap hold...)."""
@@ -262,17 +269,22 @@ class SchedulerCore(LegacyCalls):
             return refused
         out = self._end_leases(s.release, sid)
         self.counters["placements_attempted"] += 1
-        d = place(self.fleet, req, s.context)
-        if d.status == "placed":
+        d = self._settle(place(self.fleet, req, s.context), req, s.context, sid, now, out)
+        prospective = self._on_prospective(d)
+        if d.status == "placed" and not prospective:
             self._commit(d)
             return out + [Answer(self._assignment(d, req), stimulus_id=sid)]
-        if req.hard and not self.any_node_serves(req.min_tier, req.pool):
+        if not prospective and req.hard and not self.any_node_serves(req.min_tier, req.pool):
             self.counters["placements_failed"] += 1
             return out + [Refused(hard_fail(req), stimulus_id=sid)]
         self.counters["placements_deferred"] += 1
         if s.queue and s.request_id is not None:
             timeout = self.settings.queue_timeout_s if s.timeout_s is None else s.timeout_s
-            self.queue.push(s.request_id, req, s.context, priority=s.priority, deadline=now + timeout, now=now)
+            q = self.queue.push(s.request_id, req, s.context, priority=s.priority, deadline=now + timeout, now=now)
+            if prospective:
+                q.held = self._hold(d)
+        if prospective:
+            return out + [Answer(NodeAssignment("deferred", None, d.tier, self._provision_reason(d)), stimulus_id=sid)]
         return out + [Answer(NodeAssignment.from_decision(d, reserved=False), stimulus_id=sid)]
 
     def _select_requested(self, s: st.SelectRequested, now: float) -> list[Instruction]:
@@ -283,6 +295,8 @@ class SchedulerCore(LegacyCalls):
             return refused
         self.counters["select_worker_calls"] += 1
         d = place(self.fleet, s.requirement)
+        if self._on_prospective(d):
+            return [Answer(NodeAssignment("deferred", None, d.tier, self._provision_reason(d)), stimulus_id=s.stimulus_id)]
         if d.status == "placed" and d.fallback_levels > 0:
             self.counters["fallbacks"] += 1
         return [Answer(NodeAssignment.from_decision(d, reserved=False), stimulus_id=s.stimulus_id)]
@@ -377,7 +391,9 @@ class SchedulerCore(LegacyCalls):
             self._drop_lease(lid)
             self.counters["leases_expired"] += 1
         out.extend(self._advance_drains(now, sid))
-        if expired:
+        abandoned, moved = self._expire_provisions(now, sid) if len(self.provisions) or self.fleet.provision_held else ([], False)
+        out.extend(abandoned)
+        if expired or moved:
             out.extend(self._place_waiting(sid))
         return out
 
@@ -394,9 +410,17 @@ class SchedulerCore(LegacyCalls):
         """Place what the queue can now hold, in priority-then-FIFO order (one pass)."""
         out: list[Instruction] = []
 
+        now = self.clock()
+
         def try_place(q: QueuedRequest) -> bool:
-            d = place(self.fleet, q.requirement, q.context)
+            if q.held is not None:  # its place on a prospective node is taken again below if still best
+                self._release_one(q.held)
+                q.held = None
+            d = self._settle(place(self.fleet, q.requirement, q.context), q.requirement, q.context, sid, now, out)
             if d.status != "placed":
+                return False
+            if self._on_prospective(d):
+                q.held = self._hold(d)
                 return False
             self._commit(d)
             out.append(Placed(q.request_id, self._assignment(d, q.requirement), stimulus_id=sid))
@@ -429,6 +453,20 @@ class SchedulerCore(LegacyCalls):
             why = f"drain grace ran out with {left} call(s) running" if left else "drained: no fabric work left"
             out.append(MarkDraining(d.node_id, reason=why, stimulus_id=sid))
         return out
+
+    def _hold(self, d: Decision) -> int | None:
+        """Reserve a prospective node for a queued call (not a placement: nothing runs there yet)."""
+        cap = self.fleet.node(d.node_id).slots if d.node_id is not None else 0
+        a = self.fleet.commit(d)
+        if a is None:
+            return None
+        self.ledger.track(a, slots=cap)
+        return a.allocation_id
+
+    def _release_one(self, allocation_id: int) -> None:
+        e = self.ledger.pop(allocation_id)
+        if e is not None:
+            self.fleet.release(e.allocation)
 
     def _commit(self, d: Decision) -> None:
         """Reserve a placed decision's node for one call and count it."""

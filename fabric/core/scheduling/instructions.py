@@ -6,6 +6,7 @@ compare instructions by what they ask for.
   a ``LeaseGrant``; or the error its request fails with). ``reply`` picks it out of a list.
 - ``Placed`` / ``Expired``: wake the caller waiting on a queued request (found a node; timed out).
 - ``MarkDraining`` / ``SetCordoned``: write a node's drain or cordon to the registry.
+- ``ProvisionNode`` / ``TerminateNode``: ask a pool tier's provider for a node, or to give one back.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
 from fabric.core.errors import CapacityError, FabricError
+from fabric.core.settings import NodeShape
 
 from fabric.core.scheduling.replies import NodeAssignment
 
@@ -75,7 +77,32 @@ class SetCordoned:
     stimulus_id: str = field(default="", compare=False, kw_only=True)
 
 
-Instruction = Union[Answer, Refused, Placed, Expired, MarkDraining, SetCordoned]
+@dataclass(frozen=True, slots=True)
+class ProvisionNode:
+    """Have ``provider`` start a node of ``shape`` for ``pool`` / ``pool_tier``; report back with
+    ``ProvisionStarted`` (its instance id) or ``ProvisionFailed``."""
+
+    provision_id: str
+    provider: str
+    pool: str
+    pool_tier: str
+    shape: NodeShape
+    reason: str = field(default="", compare=False, kw_only=True)
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateNode:
+    """Have ``provider`` terminate the node ``instance_id`` it made (an abandoned provision, an idle
+    provisioned node scaled down)."""
+
+    provider: str
+    instance_id: str
+    reason: str = field(default="", compare=False, kw_only=True)
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+
+
+Instruction = Union[Answer, Refused, Placed, Expired, MarkDraining, SetCordoned, ProvisionNode, TerminateNode]
 
 REGISTRY_WRITES = (MarkDraining, SetCordoned)
 """Instructions the actor carries out by writing to the registry, in order."""

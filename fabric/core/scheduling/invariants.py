@@ -46,4 +46,5 @@ def state_problems(core: "SchedulerCore") -> list[str]:
         return rec is not None and rec.cordoned
 
     out += core.drains.problems(core.fleet.__contains__, cordoned)
+    out += core.provisions.problems(r.node_id for r in core.fleet.records())
     return out

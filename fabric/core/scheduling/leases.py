@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from fabric.core.scheduling.provisions import is_prospective
 from fabric.core.placement import Allocation, Decision, FleetView, Requirement, place
 
 from fabric.core.scheduling.replies import LeaseSlot
@@ -58,8 +59,8 @@ def reserve_slots(fleet: FleetView, req: Requirement, holding: Mapping[str, int]
     levels: dict[str, Decision] = {}
     for _ in range(max(0, want)):
         d = place(fleet, req)
-        if d.status != "placed" or d.node_id is None:
-            break
+        if d.status != "placed" or d.node_id is None or is_prospective(d.node_id):
+            break  # a node still coming up takes no leased calls: they queue for it
         cap = fleet.node(d.node_id).slots
         committed = fleet.commit(d)
         if committed is None:  # pragma: no cover - a placed decision always carries its allocation

@@ -28,6 +28,8 @@ class QueuedRequest:
     deadline: float = field(compare=False)
     enqueued_at: float = field(compare=False)
     cancelled: bool = field(default=False, compare=False)
+    held: int | None = field(default=None, compare=False)
+    """The allocation it holds on a prospective node while that node comes up (None: none)."""
 
     @property
     def priority(self) -> int:

@@ -181,6 +181,24 @@ class DrainRequested(Stimulus):
     grace_s: float | None = None
 
 
+# -- provisions (the provider's answers) ----------------------------------------------------------
+@dataclass(frozen=True)
+class ProvisionStarted(Stimulus):
+    """The provider started the node of ``provision_id`` as ``instance_id``; it registers next."""
+
+    provision_id: str
+    instance_id: str
+    provider: str = ""
+
+
+@dataclass(frozen=True)
+class ProvisionFailed(Stimulus):
+    """The provider could not start the node of ``provision_id`` (``error``: its words)."""
+
+    provision_id: str
+    error: str = ""
+
+
 # -- time --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Tick(Stimulus):
@@ -196,6 +214,7 @@ _KINDS: dict[type, str] = {
     LeaseEnded: "lease-ended", CallsReported: "calls-reported", SlotsReleased: "slots-released",
     PlacementUnclaimed: "placement-unclaimed", Cancelled: "cancelled", Cordoned: "cordoned",
     Uncordoned: "uncordoned", DrainRequested: "drain-requested", Tick: "tick",
+    ProvisionStarted: "provision-started", ProvisionFailed: "provision-failed",
 }
 
 STIMULI: tuple[type[Stimulus], ...] = tuple(_KINDS)

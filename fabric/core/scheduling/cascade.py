@@ -1,0 +1,147 @@
+"""The cascade acts: the core's side of provisioning (``provisions.py`` holds the book).
+
+``SchedulerCore`` inherits these steps. A placement that answers ``provision`` opens a provision
+(``ProvisionNode`` for the actor, a prospective record in the fleet) and is placed again, now onto
+the prospective node; the caller's work waits there (queued work holds a reservation on it) until
+the node registers. ``scale="provision_first"`` never makes a call wait while a booted node inside
+its floor fits: the provision is opened for the calls to come, and this one runs on that node now
+(degrade-before-provision, the default, never reaches here while such a node fits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from fabric.core.placement import Decision, PlacementContext, Requirement, place
+from fabric.core.placement import walk
+from fabric.core.placement.context import TASK_CONTEXT
+from fabric.core.scheduling import stimuli as st
+from fabric.core.scheduling.instructions import Instruction, ProvisionNode, TerminateNode
+from fabric.core.scheduling.provisions import PendingProvision, find_pool_tier, is_prospective, shape_record
+
+if TYPE_CHECKING:
+    from fabric.core.placement import FleetView
+    from fabric.core.scheduling.ledger import AllocationLedger
+    from fabric.core.scheduling.provisions import ProvisionBook
+    from fabric.core.settings import FabricSettings
+
+
+class CascadeSteps:
+    """Provisioning, prospective nodes and their end (mixed into ``SchedulerCore``)."""
+
+    settings: "FabricSettings"
+    fleet: "FleetView"
+    ledger: "AllocationLedger"
+    provisions: "ProvisionBook"
+    counters: dict[str, int]
+    clock: Any
+
+    def _place_waiting(self, sid: str) -> list[Instruction]:  # pragma: no cover - SchedulerCore's
+        raise NotImplementedError
+
+    def _on_prospective(self, d: Decision) -> bool:
+        """A placed decision that landed on a node still coming up."""
+        return d.status == "placed" and d.node_id is not None and is_prospective(d.node_id)
+
+    def _settle(self, d: Decision, req: Requirement, ctx: PlacementContext | None, sid: str,
+                now: float, out: list[Instruction]) -> Decision:
+        """Turn a ``provision`` decision into an open provision (appending its ``ProvisionNode`` to
+        ``out``) and the decision the call follows now: on a booted node (``provision_first`` with
+        one inside the floor), else on the prospective node; anything else is returned as it is."""
+        if d.status != "provision" or d.shape is None or d.pool is None or d.pool_tier is None:
+            return d
+        pt = find_pool_tier(self.settings, d.pool, d.pool_tier)
+        if pt is None or pt.provider == "static":  # nobody could start it: it stays a deferral
+            return walk.deferred(f"{d.reason} (pool tier {d.pool_tier} has no provider)", req, ctx or TASK_CONTEXT, d.pool, None)
+        p = self.provisions.open(d.pool, d.pool_tier, pt.provider, d.shape, now, pt.provision_timeout_s, d.reason)
+        rec = self.fleet.add(shape_record(p.node_id, d.shape, d.pool, d.pool_tier))
+        self.ledger.note_cap(rec.node_id, rec.slots)
+        self.counters["provisions_requested"] += 1
+        out.append(ProvisionNode(p.provision_id, pt.provider, d.pool, d.pool_tier, d.shape, reason=d.reason, stimulus_id=sid))
+        if req.scale == "provision_first":
+            booted = self._booted_placement(req, ctx)
+            if booted is not None:
+                return booted
+        again = place(self.fleet, req, ctx)
+        return again if again.status == "placed" else d
+
+    def _booted_placement(self, req: Requirement, ctx: PlacementContext | None) -> Decision | None:
+        """Where the call runs now on a booted node inside its floor, degrading if need be (None: nowhere)."""
+        launching = frozenset(r.node_id for r in self.fleet.records() if r.launching)
+        base = ctx if ctx is not None else TASK_CONTEXT
+        d = place(self.fleet, req.replace(scale="degrade_first"), replace(base, exclude_nodes=base.exclude_nodes | launching))
+        return d if d.status == "placed" else None
+
+    def _provision_reason(self, d: Decision) -> str:
+        rec = self.fleet.get(d.node_id) if d.node_id else None
+        shape = rec.name if rec is not None else "a new node"
+        return f"waiting for {shape} in pool tier {d.pool_tier} to register (provisioning)"
+
+    # -- stimuli ------------------------------------------------------------------------------------
+    def _provision_started(self, s: st.ProvisionStarted, now: float) -> list[Instruction]:
+        """The provider started the node: remember its instance id; it registers next. One that was
+        abandoned meanwhile is terminated now; one that registered first is done."""
+        p, registered = self.provisions.started(s.provision_id, s.instance_id)
+        if p is None:
+            if self.provisions.take_abandoned(s.provision_id):
+                return [TerminateNode(s.provider, s.instance_id, reason="abandoned before it started", stimulus_id=s.stimulus_id)]
+            return []
+        if registered:
+            return self._registered(p, s.stimulus_id)
+        return []
+
+    def _provision_failed(self, s: st.ProvisionFailed, now: float) -> list[Instruction]:
+        """The provider could not start it: no phantom node; the pool tier is held for the backoff
+        and the work it held is placed again (the cascade spills on)."""
+        p = self.provisions.close(s.provision_id)
+        if p is None:
+            return []
+        self.counters["provisions_failed"] += 1
+        self.provisions.hold(p.pool, p.pool_tier, now)
+        self._drop_prospective(p)
+        return self._place_waiting(s.stimulus_id)
+
+    def _match_provision(self, rec: Any, sid: str) -> list[Instruction]:
+        """A node joined: if it fulfils an open provision, the prospective record gives way to it."""
+        if rec.instance_id is None and rec.provider is None:
+            return []
+        p = self.provisions.match(rec)
+        if p is None:
+            return []
+        return self._registered(p, sid)
+
+    def _registered(self, p: PendingProvision, sid: str) -> list[Instruction]:
+        self.provisions.close(p.provision_id)
+        self.counters["provisions_registered"] += 1
+        self._drop_prospective(p)
+        return []  # the caller places the queue once the booted node is in the fleet
+
+    def _expire_provisions(self, now: float, sid: str) -> tuple[list[Instruction], bool]:
+        """Provisions past their pool tier's ``provision_timeout_s``: abandoned, their nodes
+        terminated, their work placed again. Also ends holds whose backoff passed."""
+        out: list[Instruction] = []
+        before = self.fleet.provision_held
+        for p in self.provisions.expired(now):
+            self.provisions.abandon(p.provision_id)
+            self.counters["provisions_abandoned"] += 1
+            self._drop_prospective(p)
+            if p.instance_id is not None:
+                out.append(TerminateNode(p.provider, p.instance_id, reason="provision_timeout", stimulus_id=sid))
+        self.fleet.provision_held = self.provisions.held(now)
+        return out, bool(out) or self.fleet.provision_held != before
+
+    def _drop_prospective(self, p: PendingProvision) -> None:
+        self.fleet.remove(p.node_id)
+        self.ledger.drop_node(p.node_id)
+        self.fleet.provision_held = self.provisions.held(self.clock())
+
+    def provisions_view(self) -> dict:
+        """Open provisions and held pool tiers, for ``fabric status`` and ``h.metrics()``."""
+        now = self.clock()
+        return {"pending": [p.to_dict(now) for p in self.provisions],
+                "held": [{"pool": pool, "pool_tier": pt, "until_s": round(max(0.0, until - now), 3)}
+                         for (pool, pt), until in sorted(self.provisions.held_until().items()) if until > now]}
+
+
+__all__ = ["CascadeSteps"]

@@ -1,0 +1,163 @@
+"""The cascade acts (issue 15): a ``provision`` decision opens a provision the actor carries out,
+the node is prospective until it registers, a burst sizes its provisions by holding places on the
+prospective nodes, ``max_nodes`` spills the cascade on, a provision that never registers is
+abandoned and its work re-placed, a failed one holds its pool tier, and ``provision_first`` never
+makes a call wait while a booted node inside its floor fits. Pure: an injected clock, milliseconds."""
+
+from collections import Counter
+
+import pytest
+
+from fabric.core.placement import NodeRecord, Requirement
+from fabric.core.scheduling import (
+    Answer, LeaseRequested, NodeJoined, Placed, PlaceRequested, ProvisionFailed, ProvisionNode, ProvisionStarted,
+    SchedulerCore, SelectRequested, TerminateNode, Tick, reply,
+)
+from fabric.core.scheduling.provisions import PROVISION_BACKOFF_S, is_prospective
+from fabric.core.settings import FabricSettings
+
+from test_scheduling import Clock, caps, rec
+
+CPU = Requirement(min_tier="cpu_ffmpeg", fallback=False, num_cpus=1)
+SHAPE = {"name": "cpu-box", "tier": "cpu_ffmpeg", "num_cpus": 2, "memory_mib": 2048, "profile": "cpu-only-box"}
+
+
+def cascade_settings(timeout_s: float = 30.0) -> FabricSettings:
+    return FabricSettings.load({"pools": [{"name": "default", "tiers": [
+        {"name": "onprem", "scale_out": "fixed"},
+        {"name": "burst", "scale_out": "elastic", "provider": "local", "max_nodes": 2, "provision_timeout_s": timeout_s,
+         "candidate_shapes": [SHAPE]},
+        {"name": "overflow", "scale_out": "elastic", "provider": "local", "provision_timeout_s": timeout_s,
+         "candidate_shapes": [SHAPE]},
+    ]}]})
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def core(clock):
+    c = SchedulerCore(cascade_settings(), clock=clock)
+    c.handle(NodeJoined(rec("fixed-1", "cpu_ffmpeg", slots=2)))
+    return c
+
+
+def burst(core, n, start=0):
+    out = []
+    for i in range(start, start + n):
+        out += core.handle(PlaceRequested(CPU, request_id=f"r{i}", queue=True))
+        core.validate_state()
+    return out
+
+
+def provisioned(rec_id: str, instance_id: str, pool_tier: str, slots: int = 2) -> NodeRecord:
+    return NodeRecord(node_id=rec_id, name=instance_id, capabilities=caps("cpu_ffmpeg", slots, instance_id),
+                      pool="default", pool_tier=pool_tier, instance_id=instance_id, provider="local")
+
+
+def test_a_burst_fills_the_fixed_tier_then_provisions_up_to_max_nodes_then_spills_to_the_next(core):
+    out = burst(core, 10)
+    answers = [i.value for i in out if isinstance(i, Answer)]
+    assert [a.node_id for a in answers[:2]] == ["fixed-1", "fixed-1"]  # booted capacity first
+    assert all(a.status == "deferred" and "provisioning" in a.reason for a in answers[2:])
+    asks = [i for i in out if isinstance(i, ProvisionNode)]
+    # 8 calls wait, 2 per prospective node: two in the capped pool tier, then two in the next
+    assert Counter(p.pool_tier for p in asks) == {"burst": 2, "overflow": 2}
+    assert all(p.provider == "local" and p.shape.name == "cpu-box" for p in asks)
+    prospective = [r for r in core.fleet.records() if r.launching]
+    assert len(prospective) == 4 and all(is_prospective(r.node_id) and r.running == 2 for r in prospective)
+    assert core.metrics()["provisions_pending"] == 4 and core.counters["provisions_requested"] == 4
+
+
+def test_a_registered_node_takes_the_work_that_waited_for_it(core):
+    out = burst(core, 4)
+    (ask,) = [i for i in out if isinstance(i, ProvisionNode)]
+    assert core.handle(ProvisionStarted(ask.provision_id, "local-abc", "local")) == []
+    joined = core.handle(NodeJoined(provisioned("ray-node-7", "local-abc", "burst")))
+    core.validate_state()
+    placed = [i for i in joined if isinstance(i, Placed)]
+    assert sorted(p.request_id for p in placed) == ["r2", "r3"]
+    assert {p.assignment.node_id for p in placed} == {"ray-node-7"}
+    assert not any(r.launching for r in core.fleet.records()) and len(core.provisions) == 0
+    assert core.counters["provisions_registered"] == 1
+
+
+def test_a_node_that_registers_before_its_provider_answers_is_matched_when_it_does(core):
+    (ask,) = [i for i in burst(core, 3) if isinstance(i, ProvisionNode)]
+    core.handle(NodeJoined(provisioned("ray-node-8", "local-early", "burst")))
+    assert len(core.provisions) == 1  # not matched yet: the instance id is not known
+    core.handle(ProvisionStarted(ask.provision_id, "local-early", "local"))
+    core.validate_state()
+    assert len(core.provisions) == 0 and not any(r.launching for r in core.fleet.records())
+
+
+def test_a_provision_that_never_registers_is_abandoned_terminated_and_its_work_placed_again(core, clock):
+    (ask,) = [i for i in burst(core, 3) if isinstance(i, ProvisionNode)]
+    core.handle(ProvisionStarted(ask.provision_id, "local-slow", "local"))
+    clock.t += 29.0
+    assert not [i for i in core.handle(Tick()) if isinstance(i, TerminateNode)]
+    clock.t += 1.0
+    out = core.handle(Tick())
+    core.validate_state()
+    (term,) = [i for i in out if isinstance(i, TerminateNode)]
+    assert (term.provider, term.instance_id, term.reason) == ("local", "local-slow", "provision_timeout")
+    (again,) = [i for i in out if isinstance(i, ProvisionNode)]  # its work is placed again
+    assert again.provision_id != ask.provision_id and core.counters["provisions_abandoned"] == 1
+    assert "r2" in core.queue
+
+
+def test_one_abandoned_before_its_provider_answered_is_terminated_when_it_does(core, clock):
+    (ask,) = [i for i in burst(core, 3) if isinstance(i, ProvisionNode)]
+    clock.t += 31.0
+    core.handle(Tick())
+    (term,) = core.handle(ProvisionStarted(ask.provision_id, "local-late", "local"))
+    assert isinstance(term, TerminateNode) and term.instance_id == "local-late"
+    assert core.handle(ProvisionStarted(ask.provision_id, "local-late", "local")) == []  # once
+
+
+def test_a_failed_provision_leaves_no_phantom_node_and_holds_its_pool_tier(core, clock):
+    (ask,) = [i for i in burst(core, 3) if isinstance(i, ProvisionNode)]
+    out = core.handle(ProvisionFailed(ask.provision_id, "ray start exited"))
+    core.validate_state()
+    assert core.counters["provisions_failed"] == 1
+    (spill,) = [i for i in out if isinstance(i, ProvisionNode)]  # the waiting call re-placed: next pool tier
+    assert spill.pool_tier == "overflow"
+    assert [r.pool_tier for r in core.fleet.records() if r.launching] == ["overflow"]
+    text = core.explain(CPU)["text"]
+    assert "held after a failed provision" in text or "provision" in text
+    clock.t += PROVISION_BACKOFF_S
+    core.handle(Tick())
+    assert core.fleet.provision_held == frozenset()
+    later = [i for i in burst(core, 3, start=10) if isinstance(i, ProvisionNode)]
+    assert later and later[0].pool_tier == "burst"  # the hold is over
+
+
+def test_provision_first_runs_the_call_on_a_booted_node_inside_its_floor_and_provisions_for_the_next(clock):
+    settings = FabricSettings.load({"pools": [{"name": "default", "tiers": [
+        {"name": "onprem", "scale_out": "fixed"},
+        {"name": "gpu", "scale_out": "elastic", "provider": "local",
+         "candidate_shapes": [{"name": "vaapi-box", "tier": "gpu_vaapi", "num_cpus": 2}]},
+    ]}]})
+    want = dict(min_tier="gpu_vaapi", floor="cpu_ffmpeg", num_cpus=1)
+    first = SchedulerCore(settings, clock=clock)
+    first.handle(NodeJoined(rec("cpu-1", "cpu_ffmpeg")))
+    out = first.handle(s := PlaceRequested(Requirement(**want, scale="provision_first"), request_id="a", queue=True))
+    first.validate_state()
+    a = reply(out, s.stimulus_id)
+    assert a.status == "assigned" and a.node_id == "cpu-1" and a.fallback_levels > 0  # no wait
+    assert [i.pool_tier for i in out if isinstance(i, ProvisionNode)] == ["gpu"]  # and capacity is coming
+    degrade = SchedulerCore(settings, clock=clock)
+    degrade.handle(NodeJoined(rec("cpu-1", "cpu_ffmpeg")))
+    out = degrade.handle(s := PlaceRequested(Requirement(**want), request_id="a", queue=True))
+    assert reply(out, s.stimulus_id).node_id == "cpu-1" and not [i for i in out if isinstance(i, ProvisionNode)]
+
+
+def test_leases_and_select_worker_never_hand_out_a_prospective_node(core):
+    burst(core, 3)
+    (ans,) = core.handle(LeaseRequested("lease-1", CPU, want=4))
+    assert all(not is_prospective(s.node_id) for s in ans.value.slots)
+    (sel,) = core.handle(SelectRequested(CPU))
+    assert sel.value.status == "deferred" and "provisioning" in sel.value.reason
+    core.validate_state()
