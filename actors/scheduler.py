@@ -25,13 +25,14 @@ import ray
 
 from actors.fleet_feed import FleetFeed
 from actors.jobs import JobRunner
+from actors.provisioner import Provisioner
 from fabric.core.errors import CapacityError, MessageError
 from fabric.core.placement import PlacementContext, Requirement
 from fabric.core.scheduling import messages as msg
 from fabric.core.scheduling import (
     CallsReported, Cancelled, Cordoned, DrainRequested, Expired, Instruction, LeaseEnded, LeaseGrant, LeaseRequested,
     MarkDraining, NodeAssignment, NodeChanged, NodeJoined, NodeLost, OutsidersSeen, Placed, PlacementUnclaimed,
-    PlaceRequested, SchedulerCore, SelectRequested, SetCordoned, SlotsReleased, Stimulus, Tick, Uncordoned, reply,
+    PlaceRequested, ProvisionNode, SchedulerCore, TerminateNode, SelectRequested, SetCordoned, SlotsReleased, Stimulus, Tick, Uncordoned, reply,
 )
 from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.core.settings import FabricSettings
@@ -61,7 +62,7 @@ class Scheduler:
 
     def __init__(self, settings: dict | None = None, tick_s: float | None = None, *, feed: Any = None,
                  metrics: MetricsSink | None = None, clock: Callable[[], float] = time.monotonic,
-                 run_loop: bool = True, jobs: Any = None) -> None:
+                 run_loop: bool = True, jobs: Any = None, providers: Any = None) -> None:
         self.settings = FabricSettings.load(settings or {})
         self.core = SchedulerCore(self.settings, clock=clock)
         self.feed = feed if feed is not None else FleetFeed(self.settings)
@@ -74,6 +75,10 @@ class Scheduler:
         self.jobs: JobRunner | None = jobs(self) if callable(jobs) else (
             _job_runner(self) if jobs is None and run_loop else jobs)
         """The long-running jobs (``actors.jobs.JobRunner``); None in unit tests that drive no jobs."""
+        self.provisioner = Provisioner(self, providers)
+        """Provider calls (``actors.provisioner``): the core's ``ProvisionNode`` / ``TerminateNode``."""
+        self.spare_tags: dict[str, dict[str, Any]] = {}
+        """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
         self._loop_task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -102,6 +107,13 @@ class Scheduler:
             self._outsiders_sent = outsiders
         for change in changes:
             stimulus = stimulus_for(change)
+            if isinstance(stimulus, NodeJoined):
+                self.provisioner.registered(stimulus.record.instance_id)
+                tags = self.spare_tags.get(stimulus.record.node_id)
+                if tags:  # a node that comes back keeps the tags written for it
+                    stimulus = NodeJoined(stimulus.record.evolve(**tags), stimulus.cause, stimulus_id=stimulus.stimulus_id)
+            elif change.kind == "lost":
+                self.spare_tags.pop(change.node_id, None)
             if stimulus is not None:
                 self._carry_out(self.core.handle(stimulus))
             if change.kind == "lost" and self.jobs is not None:
@@ -132,6 +144,8 @@ class Scheduler:
                     fut.set_exception(ins.error)
             elif isinstance(ins, (MarkDraining, SetCordoned)):
                 writes.append(ins)
+            elif isinstance(ins, (ProvisionNode, TerminateNode)):
+                self.provisioner.carry_out(ins)
         if not writes:
             return None
         task = asyncio.get_event_loop().create_task(self._write(writes))
@@ -296,6 +310,51 @@ class Scheduler:
     def job_events(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
         since = msg.read_count("since", since, 2**63 - 1)
         return self._runner().events_since(since, list(kinds) if kinds else None)
+
+    # -- providers and spares (actors.provisioner, actors.spares) -------------------------------------------
+    async def provision_node(self, provider: str, shape: Any, pool: str, pool_tier: str, spare: bool = False) -> dict:
+        """Have ``provider`` start one node (a spare reconciler's provision); its ``ProvisionedNode``
+        as a dict. ``ProviderError`` when it cannot."""
+        from fabric.core.settings import NodeShape
+
+        node = await self.provisioner.provision(msg.read_id("provider", provider), NodeShape.model_validate(shape),
+                                                msg.read_id("pool", pool), msg.read_id("pool_tier", pool_tier), spare=bool(spare))
+        return {"instance_id": node.instance_id, "provider": node.provider, "pool": node.pool, "pool_tier": node.pool_tier,
+                "shape": node.shape.name, "spare": node.spare, "name": node.name}
+
+    async def terminate_node(self, provider: str, instance_id: str, reason: str = "") -> None:
+        await self.provisioner.terminate(msg.read_id("provider", provider), msg.read_id("instance_id", instance_id), str(reason))
+
+    def set_spare_tags(self, node_id: str, spare: bool, reserved_for: list[str] = (), exclusive: bool = False,
+                       reason: str = "") -> bool:
+        """Write a node's spare tags into the fabric's view (False: no such node)."""
+        node_id = msg.read_id("node_id", node_id)
+        if node_id not in self.core.fleet:
+            return False
+        tags = {"spare": bool(spare), "spare_reserved_for": frozenset(reserved_for) if spare else frozenset(),
+                "spare_exclusive": bool(exclusive) and bool(spare)}
+        self.spare_tags[node_id] = tags
+        self._handle(NodeChanged(node_id, tags, f"spare tags: {reason}"))
+        self.record_event("spare_tagged", {"node_id": node_id, "spare": bool(spare), "reserved_for": list(reserved_for),
+                                           "exclusive": bool(exclusive), "reason": str(reason)})
+        return True
+
+    def record_event(self, kind: str, data: dict) -> None:
+        """Add an event to the fabric's log (``h.job_events`` reads it)."""
+        if self.jobs is not None:
+            self.jobs.emit(msg.read_id("kind", kind), dict(data))
+
+    def provisions(self) -> dict:
+        """Open provisions, held pool tiers, the nodes providers made, and provision-to-serving times."""
+        view = self.core.provisions_view()
+        view["instances"] = self.provisioner.instances()
+        view["serving_s"] = dict(self.provisioner.serving_s)
+        view["log"] = list(self.provisioner.log[-50:])
+        return view
+
+    def close_providers(self) -> int:
+        """Terminate every node this fabric's providers made (``fabric.down``)."""
+        return self.provisioner.close()
 
     def stimulus_log(self) -> list[dict[str, Any]]:
         """The core's last stimuli (kind, id, time), oldest first: what the scheduler reacted to."""

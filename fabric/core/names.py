@@ -21,6 +21,14 @@ def probe_actor_name(node_id: str) -> str:
     return f"{PROBE_PREFIX}{node_id}"
 
 
+SPARES_PREFIX = "fabric.spares."
+"""A pool's hot-spare reconciler is ``fabric.spares.<pool>`` (``spares_actor_name``)."""
+
+
+def spares_actor_name(pool: str) -> str:
+    return f"{SPARES_PREFIX}{pool}"
+
+
 JOB_PREFIX = "fabric.job."
 """A job's instance is the detached actor ``fabric.job.<job id>.<instance key>`` (``job_actor_name``)."""
 
@@ -61,10 +69,15 @@ without pinning it to a node id (it follows the head, which is where the SQLite 
 # -- registry state keys ------------------------------------------------------------------------------------
 SETTINGS_KEY = "fabric.settings"
 """The registry state key holding the settings in force (``FabricSettings.model_dump(mode="json")``)."""
+HOT_SPARES_KEY = "fabric.hot_spares"
+"""The live hot-spare list (``h.update_hot_spares``); absent: the settings' ``hot_spares``."""
 
 # -- environment variables ------------------------------------------------------------------------------------
 RECORDING_ENV = "FABRIC_RECORDING"
 """A raylet started with it (``fabric join --recording DIR``, ``LocalFabric``) probes that recording."""
+ARTIFACT_CACHE_ENV = "FABRIC_ARTIFACT_CACHE"
+"""A node's artifact cache folder (``probes.artifacts.cache_root``; default: one per node name under
+``$XDG_CACHE_HOME/adaptive-fabric/artifacts``, ``~/.cache`` without it)."""
 RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
 RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
 RAY_AUTH_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"

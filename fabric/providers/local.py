@@ -53,7 +53,7 @@ from fabric.core.names import (
 from fabric.core.settings import NodeShape
 from fabric.providers.base import NO_TAGS, ProviderError, ProvisionedNode
 
-__all__ = ["LocalProvider", "NodeArgs", "node_args", "ray_start_args", "profile_for", "tag_labels", "find_ray",
+__all__ = ["LocalProvider", "sweep", "PID_SUFFIX", "NodeArgs", "node_args", "ray_start_args", "profile_for", "tag_labels", "find_ray",
            "INSTANCE_LABEL", "SPARE_LABEL", "PROVIDER_LABEL", "SHAPE_LABEL"]
 
 # Labels of provisioned nodes: fabric.core.names (re-exported here, where they are written).
@@ -282,6 +282,31 @@ def _signal_session(sid: int, sig: int) -> None:
             pass
 
 
+PID_SUFFIX = ".pid"
+"""``<instance id>.pid`` in a given ``log_dir``: the session leader of each child still running."""
+
+
+def sweep(log_dir: str | os.PathLike[str]) -> int:
+    """SIGKILL the sessions of children a ``LocalProvider`` with this ``log_dir`` started and never
+    stopped (its process died without ``close``: a killed actor); returns how many. Only a pid whose
+    process still leads its own session and runs ``ray start`` is signalled."""
+    import psutil
+
+    n = 0
+    for pid_file in sorted(Path(log_dir).glob(f"*{PID_SUFFIX}")):
+        try:
+            pid = int(pid_file.read_text().strip())
+            proc = psutil.Process(pid)
+            ours = os.getsid(pid) == pid and "start" in proc.cmdline() and any("ray" in a for a in proc.cmdline()[:3])
+        except (ValueError, OSError, psutil.Error):
+            ours = False
+        if ours:
+            _signal_session(pid, signal.SIGKILL)
+            n += 1
+        pid_file.unlink(missing_ok=True)
+    return n
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -392,6 +417,8 @@ class LocalProvider:
                                spare=spare, started_at=self._clock(), name=instance_id, profile=profile, labels=dict(spec.labels),
                                pid=proc.pid, log_path=str(log_path))
         child = _Child(node, proc)
+        if self._given_log_dir is not None:  # so a sweep can find it if this process dies without closing
+            (self._given_log_dir / f"{instance_id}{PID_SUFFIX}").write_text(str(proc.pid))
         with self._lock:
             self._children[instance_id] = child
             closed = self._closed
@@ -525,6 +552,8 @@ class LocalProvider:
                 except subprocess.TimeoutExpired:  # not ended even after SIGKILL: leave it listed
                     return
             child.returncode = child.proc.returncode
+        if self._given_log_dir is not None:
+            (self._given_log_dir / f"{child.node.instance_id}{PID_SUFFIX}").unlink(missing_ok=True)
         with self._lock:
             if self._children.get(child.node.instance_id) is child:
                 del self._children[child.node.instance_id]

@@ -18,9 +18,12 @@ import time
 from typing import Any, Iterable
 
 from fabric.core.errors import NodeNotFoundError, SettingsConflictError, SettingsError
-from fabric.core.names import DISPATCHER, HEAD_RESOURCE, HEALTH, NAMESPACE, PROBE_PREFIX, REGISTRY, SCHEDULER, SETTINGS_KEY
+from fabric.core.names import (
+    DISPATCHER, HEAD_RESOURCE, HEALTH, NAMESPACE, PROBE_PREFIX, REGISTRY, SCHEDULER, SETTINGS_KEY, SPARES_PREFIX,
+)
 from fabric.core.settings import FabricSettings
 from fabric.runtime import session as sessions
+from fabric.runtime.spares import SparesSurface
 
 _HEAD = {HEAD_RESOURCE: 0.001}
 
@@ -62,6 +65,10 @@ def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True,
 
         _start(driver, SchedulerActor, SCHEDULER, as_dict)
         _start(driver, DispatcherActor, DISPATCHER)
+        from fabric.runtime.spares import live_list, start_reconcilers
+
+        reconcilers = start_reconcilers(driver, settings, [e.pool for e in live_list(driver, registry, settings, timeout_s)])
+        waits += [r.ping.remote() for r in reconcilers]
     driver.get(waits, timeout_s)
     sessions.use_settings(settings, driver)
     return FabricHandle()
@@ -97,7 +104,13 @@ def down(timeout_s: float = 30.0) -> list[str]:
     if not driver.is_initialized():
         return []
     names = driver.named_actors()
-    order = [n for n in (HEALTH, SCHEDULER, DISPATCHER) if n in names]
+    if SCHEDULER in names:  # the nodes providers made go first, while the scheduler that made them is up
+        try:
+            driver.get(driver.get_actor(SCHEDULER).close_providers.remote(), timeout_s)
+        except Exception as exc:
+            print(f"[fabric.down] terminating provisioned nodes failed: {type(exc).__name__}: {exc}")
+    order = sorted(n for n in names if n.startswith(SPARES_PREFIX))
+    order += [n for n in (HEALTH, SCHEDULER, DISPATCHER) if n in names]
     order += sorted(n for n in names if n.startswith(PROBE_PREFIX))
     order += [n for n in (REGISTRY,) if n in names]
     stopped = []
@@ -118,7 +131,7 @@ def running_calls() -> dict[str, int]:
     return sessions.driver().slots_in_use()
 
 
-class FabricHandle:
+class FabricHandle(SparesSurface):
     """A driver's view of the running fabric. Cheap to create; every call asks the actors."""
 
     def __init__(self, timeout_s: float = 30.0) -> None:

@@ -269,18 +269,46 @@ class LocalFabric:
 
         if self._connected:
             try:
+                self._close_providers()
                 ray.shutdown()
             finally:
                 self._connected = False
         if self.cluster is not None:
             cluster, self.cluster = self.cluster, None
             cluster.shutdown()
+        self._sweep_providers()
         if self._store_dir is not None:
             store, self._store_dir = self._store_dir, None
             store.cleanup()
         atexit.unregister(self.close)
         for node in self._nodes.values():
             node.alive = False
+
+    def _close_providers(self) -> None:
+        """Terminate the nodes the fabric's providers made while the scheduler that made them is up."""
+        import ray
+
+        from fabric.core.names import NAMESPACE, SCHEDULER
+
+        if self.handle is None:
+            return
+        try:
+            ray.get(ray.get_actor(SCHEDULER, namespace=NAMESPACE).close_providers.remote(), timeout=60)
+        except Exception:  # no scheduler (fleet-only fabric), or it is gone: the sweep below
+            pass
+
+    def _sweep_providers(self) -> None:
+        """Kill what a killed scheduler's local provider left running (its pid files, nothing else)."""
+        from pathlib import Path
+
+        from fabric.providers.local import sweep
+
+        roots = [Path(self._store_dir.name)] if self._store_dir is not None else []
+        if self.settings.store.path:
+            roots.append(Path(self.settings.store.path).expanduser().parent)
+        for root in roots:
+            for folder in root.glob("**/providers/local"):
+                sweep(folder)
 
     def __enter__(self) -> "LocalFabric":
         return self

@@ -161,3 +161,34 @@ def test_leases_and_select_worker_never_hand_out_a_prospective_node(core):
     (sel,) = core.handle(SelectRequested(CPU))
     assert sel.value.status == "deferred" and "provisioning" in sel.value.reason
     core.validate_state()
+
+
+def test_calls_beyond_a_lease_queue_to_provision_instead_of_spilling_while_a_pool_tier_may_grow(core):
+    (grant,) = core.handle(LeaseRequested("lease-1", CPU, want=8))
+    assert grant.value.spill is None  # they take the queued path, which provisions
+    settings = FabricSettings.load({})
+    fixed_only = SchedulerCore(settings, clock=Clock())
+    fixed_only.handle(NodeJoined(rec("fixed-1", "cpu_ffmpeg", slots=2)))
+    (grant,) = fixed_only.handle(LeaseRequested("lease-1", CPU, want=8))
+    assert grant.value.spill is not None  # nothing can grow: spill onto the floor's nodes as before
+
+
+def test_a_pool_tier_provisions_in_waves_of_max_pending(clock):
+    from fabric.core.scheduling.provisions import MAX_PENDING
+
+    settings = FabricSettings.load({"pools": [{"name": "default", "tiers": [
+        {"name": "onprem", "scale_out": "fixed"},
+        {"name": "cloud", "scale_out": "elastic", "provider": "local", "candidate_shapes": [{**SHAPE, "num_cpus": 1}]},
+    ]}]})
+    c = SchedulerCore(settings, clock=clock)
+    out = []
+    for i in range(3 * MAX_PENDING):
+        out += c.handle(PlaceRequested(CPU, request_id=f"r{i}", queue=True))
+    c.validate_state()
+    asks = [i for i in out if isinstance(i, ProvisionNode)]
+    assert len(asks) == MAX_PENDING and c.queue_depth == 3 * MAX_PENDING
+    c.handle(ProvisionStarted(asks[0].provision_id, "i-0", "local"))
+    joined = c.handle(NodeJoined(provisioned("n-0", "i-0", "cloud", slots=1)))
+    c.validate_state()
+    assert len([i for i in joined if isinstance(i, Placed)]) == 1
+    assert len([i for i in joined if isinstance(i, ProvisionNode)]) == 1  # one slot of the wave freed: one more

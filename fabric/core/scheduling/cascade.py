@@ -18,7 +18,8 @@ from fabric.core.placement import walk
 from fabric.core.placement.context import TASK_CONTEXT
 from fabric.core.scheduling import stimuli as st
 from fabric.core.scheduling.instructions import Instruction, ProvisionNode, TerminateNode
-from fabric.core.scheduling.provisions import PendingProvision, find_pool_tier, is_prospective, shape_record
+from fabric.core.placement.filters import provision_shape
+from fabric.core.scheduling.provisions import MAX_PENDING, PendingProvision, find_pool_tier, is_prospective, shape_record
 
 if TYPE_CHECKING:
     from fabric.core.placement import FleetView
@@ -59,6 +60,7 @@ class CascadeSteps:
         self.ledger.note_cap(rec.node_id, rec.slots)
         self.counters["provisions_requested"] += 1
         out.append(ProvisionNode(p.provision_id, pt.provider, d.pool, d.pool_tier, d.shape, reason=d.reason, stimulus_id=sid))
+        self._refresh_held(now)
         if req.scale == "provision_first":
             booted = self._booted_placement(req, ctx)
             if booted is not None:
@@ -72,6 +74,25 @@ class CascadeSteps:
         base = ctx if ctx is not None else TASK_CONTEXT
         d = place(self.fleet, req.replace(scale="degrade_first"), replace(base, exclude_nodes=base.exclude_nodes | launching))
         return d if d.status == "placed" else None
+
+    def could_provision(self, req: Requirement) -> bool:
+        """Some elastic pool tier of ``req``'s pool may provision a node for it now (not held, not
+        saturated, under ``max_nodes``, a shape fits at some level): then calls beyond a lease's
+        slots queue here, where they provision, instead of spilling onto busy nodes."""
+        pool = req.pool or self.fleet.default_pool
+        held = self.fleet.provision_held
+        for pt in self.fleet.pool_tiers.get(pool, ()):
+            if pt.scale_out != "elastic" or pt.provider == "static" or (pool, pt.name) in held:
+                continue
+            count = self.fleet.counts.get((pool, pt.name), 0)
+            if any(provision_shape(pt, count, req, TASK_CONTEXT, level) is not None for level in req.levels):
+                return True
+        return False
+
+    def _refresh_held(self, now: float) -> None:
+        """Pool tiers that may not provision now: held after a failure, or with ``MAX_PENDING`` provisions open."""
+        saturated = {k for k, n in self.provisions.by_tier().items() if n >= MAX_PENDING}
+        self.fleet.provision_held = self.provisions.held(now) | frozenset(saturated)
 
     def _provision_reason(self, d: Decision) -> str:
         rec = self.fleet.get(d.node_id) if d.node_id else None
@@ -128,13 +149,13 @@ class CascadeSteps:
             self._drop_prospective(p)
             if p.instance_id is not None:
                 out.append(TerminateNode(p.provider, p.instance_id, reason="provision_timeout", stimulus_id=sid))
-        self.fleet.provision_held = self.provisions.held(now)
+        self._refresh_held(now)
         return out, bool(out) or self.fleet.provision_held != before
 
     def _drop_prospective(self, p: PendingProvision) -> None:
         self.fleet.remove(p.node_id)
         self.ledger.drop_node(p.node_id)
-        self.fleet.provision_held = self.provisions.held(self.clock())
+        self._refresh_held(self.clock())
 
     def provisions_view(self) -> dict:
         """Open provisions and held pool tiers, for ``fabric status`` and ``h.metrics()``."""

@@ -194,7 +194,10 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         return float(req.num_gpus) if self.fleet.node(node_id).capabilities.ray_gpus else 0.0
 
     def spill_target(self, req: Requirement) -> tuple[dict[str, str] | None, str | None]:
-        """Where a lease's spilled calls go (``spill.spill_target`` over this core's fleet)."""
+        """Where a lease's spilled calls go (``spill.spill_target`` over this core's fleet); nowhere
+        while an elastic pool tier may still provision for them (they queue, and provision)."""
+        if self.could_provision(req):
+            return None, None
         return spill_target(self.fleet, self.settings, self._outsiders, req)
 
     def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> dict:
@@ -412,7 +415,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
 
         now = self.clock()
 
-        def try_place(q: QueuedRequest) -> bool:
+        def try_place(q: QueuedRequest) -> bool | None:
             if q.held is not None:  # its place on a prospective node is taken again below if still best
                 self._release_one(q.held)
                 q.held = None
@@ -421,7 +424,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
                 return False
             if self._on_prospective(d):
                 q.held = self._hold(d)
-                return False
+                return None
             self._commit(d)
             out.append(Placed(q.request_id, self._assignment(d, q.requirement), stimulus_id=sid))
             return True

@@ -41,6 +41,10 @@ PROSPECTIVE_PREFIX = "prospective:"
 PROVISION_BACKOFF_S = 60.0
 """How long a pool tier is held after a failed provision (seed 000's provision retry backoff)."""
 
+MAX_PENDING = 4
+"""Open provisions a pool tier may have at once: a burst provisions in waves of this many nodes
+(the queue provisions again as they register) instead of one node per waiting call."""
+
 _IDS: Iterator[int] = itertools.count(1)
 
 
@@ -209,5 +213,5 @@ class ProvisionBook:
         return out
 
 
-__all__ = ["PROSPECTIVE_PREFIX", "PROVISION_BACKOFF_S", "PendingProvision", "ProvisionBook", "find_pool_tier",
+__all__ = ["MAX_PENDING", "PROSPECTIVE_PREFIX", "PROVISION_BACKOFF_S", "PendingProvision", "ProvisionBook", "find_pool_tier",
            "is_prospective", "prospective_id", "shape_record"]

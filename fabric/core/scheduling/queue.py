@@ -87,11 +87,12 @@ class DeferredQueue:
             self._compact()
         return out
 
-    def place_waiting(self, try_place: Callable[[QueuedRequest], bool],
+    def place_waiting(self, try_place: Callable[[QueuedRequest], "bool | None"],
                       class_of: Callable[[QueuedRequest], Hashable]) -> list[QueuedRequest]:
         """One pass in priority-then-FIFO order: ``try_place`` each request (True: it found a node
-        and leaves the queue). Once one request of a class (``class_of``) fails, the rest of that
-        class is skipped: the fleet only fills up during a pass, so they would fail too.
+        and leaves the queue; None: it stays, holding a place on a node still coming up). Once one
+        request of a class (``class_of``) fails, the rest of that class is skipped: the fleet only
+        fills up during a pass, so they would fail too.
         Returns the requests placed, in the order placed."""
         if not self._live:
             return []
@@ -106,10 +107,13 @@ class DeferredQueue:
             if key in failed:
                 keep.append(q)
                 continue
-            if try_place(q):
+            got = try_place(q)
+            if got:
                 del self._live[q.request_id]
                 q.cancelled = True
                 placed.append(q)
+            elif got is None:  # it waits for a node coming up: no sign the rest of its class would fail
+                keep.append(q)
             else:
                 failed.add(key)
                 keep.append(q)

@@ -1,0 +1,155 @@
+"""The scheduler's hands on providers: ``Provisioner`` carries out ``ProvisionNode`` and
+``TerminateNode`` and serves the spare reconcilers' provisions.
+
+It lives inside the scheduler actor, so every node the fabric provisions is a child of one
+process (the ``local`` provider's ``ray start`` sessions) or one demand model (the
+``ray-autoscaler`` provider's ``request_resources``). Provider calls block (a ``ray start`` takes
+seconds), so they run in a small thread pool; the answer goes back to the core as a stimulus
+(``ProvisionStarted`` / ``ProvisionFailed``) on the scheduler's event loop.
+
+Providers are built on first use from the settings' pool tiers (``providers_for``), joining this
+cluster's GCS address. The ``local`` provider writes its children's logs and pid files beside the
+fabric's store (``<store folder>/providers/local``), so ``LocalFabric`` (or an operator) can sweep
+what a killed scheduler left behind. A scheduler restart forgets the children it made (they keep
+running as ordinary nodes of their pool tier; the scale-down path terminates only instances its
+provider knows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from fabric.core.errors import FabricError
+from fabric.core.scheduling import ProvisionFailed, ProvisionNode, ProvisionStarted, TerminateNode
+from fabric.core.settings import NodeShape
+
+if TYPE_CHECKING:
+    from actors.scheduler import Scheduler
+
+PROVIDER_THREADS = 4
+"""Provider calls in flight at once (each ``ray start`` is a few seconds of mostly waiting)."""
+
+
+def providers_dir(settings: Any, gcs_address: str) -> Path:
+    """``<store folder>/providers``: where providers keep what outlives a call (logs, pid files)."""
+    from actors.registry import default_store_path
+
+    configured = settings.store.path
+    base = Path(configured).expanduser() if configured else default_store_path(gcs_address)
+    return base.parent / "providers"
+
+
+class Provisioner:
+    """Provider calls for one scheduler. ``providers``: ready-made providers by name (tests);
+    default: built from the settings on first use."""
+
+    def __init__(self, scheduler: "Scheduler", providers: Mapping[str, Any] | None = None) -> None:
+        self.scheduler = scheduler
+        self._providers: dict[str, Any] | None = dict(providers) if providers is not None else None
+        self._pool = concurrent.futures.ThreadPoolExecutor(PROVIDER_THREADS, thread_name_prefix="fabric-provider")
+        self.log: list[dict] = []
+        """What was provisioned and terminated, newest last (bounded): ``fabric status`` shows it."""
+        self.started_at: dict[str, float] = {}
+        """Instance id -> when its provision was asked for (monotonic): provision-to-serving times."""
+        self.serving_s: dict[str, float] = {}
+        """Instance id -> seconds from the provision to the node registering."""
+
+    # -- providers ---------------------------------------------------------------------------------
+    def providers(self) -> dict[str, Any]:
+        if self._providers is None:
+            from fabric.providers import providers_for
+            from fabric.rayio.adapter import RayAdapter
+
+            address = RayAdapter().gcs_address()
+            folder = providers_dir(self.scheduler.settings, address)
+            self._providers = providers_for(self.scheduler.settings, address=address, log_dir=folder / "local")
+        return self._providers
+
+    def provider(self, name: str) -> Any:
+        providers = self.providers()
+        if name not in providers:
+            raise FabricError(f"no provider {name!r} in this fabric's settings (has: {', '.join(sorted(providers)) or 'none'})",
+                              reason="unknown_provider", provider=name)
+        return providers[name]
+
+    # -- instructions ------------------------------------------------------------------------------
+    def carry_out(self, ins: Any) -> None:
+        if isinstance(ins, ProvisionNode):
+            asyncio.get_event_loop().create_task(self._provision(ins))
+        elif isinstance(ins, TerminateNode):
+            asyncio.get_event_loop().create_task(self._terminate(ins.provider, ins.instance_id, ins.reason))
+
+    async def _provision(self, ins: ProvisionNode) -> None:
+        t0 = time.monotonic()
+        self._note("provision_requested", provision_id=ins.provision_id, provider=ins.provider, pool=ins.pool,
+                   pool_tier=ins.pool_tier, shape=ins.shape.name, reason=ins.reason)
+        try:
+            node = await self.provision(ins.provider, ins.shape, ins.pool, ins.pool_tier, spare=False)
+        except Exception as exc:
+            self._note("provision_failed", provision_id=ins.provision_id, provider=ins.provider, pool=ins.pool,
+                       pool_tier=ins.pool_tier, shape=ins.shape.name, error=f"{type(exc).__name__}: {exc}")
+            self.scheduler._handle(ProvisionFailed(ins.provision_id, str(exc)))
+            return
+        self.started_at[node.instance_id] = t0
+        self.scheduler._handle(ProvisionStarted(ins.provision_id, node.instance_id, ins.provider))
+
+    async def provision(self, provider: str, shape: NodeShape, pool: str, pool_tier: str, *, spare: bool,
+                        tags: Mapping[str, str] | None = None) -> Any:
+        """Have ``provider`` start a node (in a thread); its ``ProvisionedNode``."""
+        p = self.provider(provider)
+        loop = asyncio.get_event_loop()
+        t0 = time.monotonic()
+        node = await loop.run_in_executor(
+            self._pool, lambda: p.provision(shape, pool=pool, pool_tier=pool_tier, spare=spare, tags=dict(tags or {})))
+        self.started_at.setdefault(node.instance_id, t0)
+        self._note("node_provisioned", provider=provider, pool=pool, pool_tier=pool_tier, shape=shape.name,
+                   instance_id=node.instance_id, spare=spare, start_s=round(time.monotonic() - t0, 3))
+        return node
+
+    async def _terminate(self, provider: str, instance_id: str, reason: str) -> None:
+        try:
+            await self.terminate(provider, instance_id, reason)
+        except Exception as exc:
+            self._note("terminate_failed", provider=provider, instance_id=instance_id, error=f"{type(exc).__name__}: {exc}")
+
+    async def terminate(self, provider: str, instance_id: str, reason: str = "") -> None:
+        p = self.provider(provider)
+        self._note("node_terminated", provider=provider, instance_id=instance_id, reason=reason)
+        await asyncio.get_event_loop().run_in_executor(self._pool, p.terminate, instance_id)
+
+    def registered(self, instance_id: str | None) -> None:
+        """A provisioned node registered: how long it took from the provision."""
+        if instance_id and instance_id in self.started_at and instance_id not in self.serving_s:
+            self.serving_s[instance_id] = round(time.monotonic() - self.started_at[instance_id], 3)
+
+    def instances(self) -> list[dict]:
+        out = []
+        for name, p in (self._providers or {}).items():
+            for n in p.list():
+                out.append({"provider": name, "instance_id": n.instance_id, "pool": n.pool, "pool_tier": n.pool_tier,
+                            "shape": n.shape.name, "spare": n.spare, "serving_s": self.serving_s.get(n.instance_id)})
+        return out
+
+    def close(self) -> int:
+        """Terminate every node the providers made (``fabric.down``); how many there were."""
+        n = 0
+        for p in (self._providers or {}).values():
+            n += len(p.list())
+            close = getattr(p, "close", None)
+            if close is not None:
+                close()
+        return n
+
+    def _note(self, kind: str, **data: Any) -> None:
+        self.log.append({"kind": kind, "at": time.time(), **data})
+        del self.log[:-200]
+        jobs = self.scheduler.jobs
+        if jobs is not None:
+            jobs.emit(kind, data)
+
+
+__all__ = ["Provisioner", "providers_dir", "PROVIDER_THREADS"]

@@ -1,0 +1,105 @@
+"""Hot spares and provisions on the driver's side: the reconcilers ``fabric.up`` starts, and the
+``FabricHandle`` methods over them (API.md § Pools, providers, hot spares).
+
+- ``start_reconcilers``: one ``SpareReconcilerActor`` (``fabric.spares.<pool>``, detached, on the
+  head) per pool of the live hot-spare list.
+- ``h.update_hot_spares(entries)``: validated whole against the settings in force
+  (``SettingsError`` with every problem; the live list unchanged then), stored in the registry
+  (``HOT_SPARES_KEY``), pushed to each pool's reconciler (started for a new pool; a removed entry's
+  reconciler reaps its orphans); returns what changed per pool (``diff_hot_spares``).
+- ``h.spare_spec(node)``: one node's spare spec (tags, warm_for, what it holds).
+- ``h.spares()``: each pool's reconciler status (target, live, pending, warm for what).
+- ``h.provisions()``: open provisions (prospective nodes), held pool tiers, provisioned instances.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from fabric.core.names import HOT_SPARES_KEY, REGISTRY, SCHEDULER, SETTINGS_KEY, SPARES_PREFIX, spares_actor_name
+from fabric.core.settings import FabricSettings
+from fabric.core.spares import diff_hot_spares, parse_hot_spares, spare_spec
+from fabric.runtime import session as sessions
+
+
+def start_reconcilers(driver: Any, settings: FabricSettings, pools: Iterable[str]) -> list[Any]:
+    """Get or create each pool's reconciler; their handles."""
+    from actors.spares import SpareReconcilerActor
+    from fabric.runtime.control import _start
+
+    as_dict = settings.model_dump(mode="json")
+    return [_start(driver, SpareReconcilerActor, spares_actor_name(pool), pool, as_dict) for pool in pools]
+
+
+def live_list(driver: Any, registry: Any, settings: FabricSettings, timeout_s: float) -> tuple[Any, ...]:
+    from actors.spares import live_entries
+
+    return live_entries(settings, driver.get(registry.get_state.remote(HOT_SPARES_KEY), timeout_s))
+
+
+class SparesSurface:
+    """Mixed into ``FabricHandle``."""
+
+    timeout_s: float
+
+    def _actor(self, name: str) -> Any:  # pragma: no cover - FabricHandle's
+        raise NotImplementedError
+
+    def _get(self, ref: Any) -> Any:  # pragma: no cover - FabricHandle's
+        raise NotImplementedError
+
+    def _settings(self) -> FabricSettings:
+        """The settings in force: this session's (``fabric.up``), else the ones the registry holds."""
+        mine = sessions.session(sessions.driver()).settings
+        if mine is not None:
+            return mine
+        return FabricSettings.load(self._get(self._actor(REGISTRY).get_state.remote(SETTINGS_KEY)))
+
+    def hot_spares(self) -> list[dict[str, Any]]:
+        """The live hot-spare list."""
+        driver = sessions.driver()
+        return [e.model_dump(mode="json") for e in live_list(driver, self._actor(REGISTRY), self._settings(), self.timeout_s)]
+
+    def update_hot_spares(self, entries: Any) -> dict[str, dict[str, Any]]:
+        """Replace the live hot-spare list without a restart; what changed, per pool."""
+        driver = sessions.driver()
+        settings = self._settings()
+        new = parse_hot_spares(entries, settings)  # SettingsError: every problem, nothing changed
+        registry = self._actor(REGISTRY)
+        old = live_list(driver, registry, settings, self.timeout_s)
+        diff = diff_hot_spares(old, new)
+        self._get(registry.put_state.remote(HOT_SPARES_KEY, [e.model_dump(mode="json") for e in new]))
+        by_pool = {e.pool: e for e in new}
+        for pool, change in diff.items():
+            entry = by_pool.get(pool)
+            if change["change"] == "added":
+                (actor,) = start_reconcilers(driver, settings, [pool])
+            else:
+                actor = self._actor(spares_actor_name(pool))
+            self._get(actor.set_entry.remote(entry.model_dump(mode="json") if entry is not None else None))
+        return diff
+
+    def spare_spec(self, node: str) -> Any:
+        """One node's ``SpareSpec`` (by id, id prefix or name), from the scheduler's view."""
+        driver = sessions.driver()
+        records = self._get(self._actor(SCHEDULER).nodes.remote())
+        match = [r for r in records if r.node_id == node or r.name == node] or [r for r in records if r.node_id.startswith(node)]
+        if len(match) != 1:
+            from fabric.core.errors import NodeNotFoundError
+
+            raise NodeNotFoundError(node)
+        entries = live_list(driver, self._actor(REGISTRY), self._settings(), self.timeout_s)
+        return spare_spec(match[0], entries, self._settings().default_pool.name)
+
+    def spares(self) -> list[dict[str, Any]]:
+        """Each pool's spares now: target, live, consumed, pending, reaping, warm for what."""
+        driver = sessions.driver()
+        names = sorted(n for n in driver.named_actors() if n.startswith(SPARES_PREFIX))
+        return [self._get(self._actor(n).status.remote()) for n in names]
+
+    def provisions(self) -> dict[str, Any]:
+        """Open provisions (prospective nodes), held pool tiers, provisioned instances."""
+        return self._get(self._actor(SCHEDULER).provisions.remote())
+
+
+__all__ = ["SparesSurface", "live_list", "start_reconcilers"]
