@@ -1,4 +1,4 @@
-"""Fabric settings: pools and pool tiers, operations, health timing, spares, restart ceilings, store.
+"""Fabric settings: pools and pool tiers, operations, health timing, spares, scaling, restart ceilings, store.
 
 Configuration is data. Every field has a docstring; ``FabricSettings.load`` (and ``from_yaml``)
 validate at the edge and raise ``SettingsError`` carrying *every* problem found, each with a
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fabric.core.bounded_read import TOO_LARGE, read_regular
 from fabric.core.errors import SettingsError, SettingsProblem
@@ -90,6 +90,8 @@ class PoolTier(_Model):
     """``fixed``: the nodes that joined; ``elastic``: may provision from ``candidate_shapes``."""
     max_nodes: Annotated[int, Field(ge=0)] | None = None
     """Cap on nodes in this pool tier; at the cap it cannot provision and the cascade spills on."""
+    min_nodes: Annotated[int, Field(ge=0)] = 0
+    """Elastic pool tiers: idle scale-down keeps at least this many (non-spare) nodes."""
     launch_mode: Literal["on-demand", "spot", "reserved"] = "on-demand"
     """How the provider pays for nodes."""
     reliability: Literal["durable", "interruptible"] | None = None
@@ -219,6 +221,61 @@ class HotSpareSettings(_Model):
     """Wait after a failed spare provision before the next attempt."""
 
 
+ARTIFACT_SCHEMES = ("file", "http", "https")
+"""The URI schemes a template artifact may use (``file:///abs/path``, ``http(s)://host/path``)."""
+
+
+def _artifact_uri(v: str) -> str:
+    scheme, sep, rest = v.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in ARTIFACT_SCHEMES:
+        raise ValueError(f"an artifact is a file://, http:// or https:// URI, got {_clip(v, 120)!r}")
+    host, _, path = rest.partition("/")
+    if (scheme == "file") == bool(host) or path.rsplit("/", 1)[-1] in ("", ".", ".."):
+        form = "file:///abs/dir/name" if scheme == "file" else f"{scheme}://host/dir/name"
+        raise ValueError(f"an artifact URI is {form} (ending in a file name), got {_clip(v, 120)!r}")
+    return v
+
+
+class TemplateSettings(_Model):
+    """A job template's artifacts (seed 000 ``templateImages``): what warmth counts and spares fetch."""
+
+    artifacts: tuple[Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_artifact_uri)], ...] = ()
+    """Files by URI (``file://``, ``http://``, ``https://``) a node holds in its artifact cache when warm."""
+
+
+def template_artifacts(settings: "FabricSettings", template: str | None) -> tuple[str, ...]:
+    """What warmth is counted against for ``template``: its artifacts, or ``(template,)`` when the
+    settings list none for it (as the spare reconcile's ``warm_units``); ``()`` for no template."""
+    if not template:
+        return ()
+    entry = settings.templates.get(template)
+    return entry.artifacts if entry is not None and entry.artifacts else (template,)
+
+
+class ScalingSettings(_Model):
+    """Burst and utilisation scaling (seed 002 § Scaling Mechanisms; ``fabric.core.scheduling.scaling``)."""
+
+    enabled: bool = True
+    """False: the scaler asks for nothing."""
+    burst_queue_depth: Annotated[int, Field(ge=0)] = 8
+    """A pool's queue deeper than this ..."""
+    burst_window_s: PositiveSeconds = 30.0
+    """... for this long is a burst: raise headroom, else provision a worker group."""
+    group_interval_s: NonNegFloat = 60.0
+    """At most one new worker group per pool tier in this long."""
+    group_size: Annotated[int, Field(ge=1)] = 1
+    """Nodes in one new worker group (fewer where ``max_nodes`` leaves less room)."""
+    high_utilization: Annotated[float, Field(gt=0, le=1)] = 0.8
+    """Utilisation (running / slots) over this ..."""
+    high_window_s: PositiveSeconds = 300.0
+    """... for this long raises a node's concurrency within its limitations, else scales out."""
+    low_utilization: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """A pool's utilisation under this (its queue empty) ..."""
+    low_window_s: PositiveSeconds = 900.0
+    """... for this long scales idle provisioned nodes down to their pool tier's ``min_nodes``."""
+
+
 class StoreSettings(_Model):
     """Where the registry keeps durable state."""
 
@@ -250,6 +307,10 @@ class FabricSettings(_Model):
     """Restart ceilings for long-running jobs (seed 000)."""
     hot_spares: tuple[HotSpareSettings, ...] = ()
     """Hot spares per pool."""
+    scaling: ScalingSettings = Field(default_factory=ScalingSettings)
+    """Burst and utilisation scaling (seed 002)."""
+    templates: dict[str, TemplateSettings] = Field(default_factory=dict)
+    """Job templates by name: the artifacts each needs (``templates: {encoder: {artifacts: [file:///...]}}``)."""
     store: StoreSettings = Field(default_factory=StoreSettings)
     """Where the registry keeps durable state."""
     nodes: dict[str, NodeOverride] = Field(default_factory=dict)
@@ -307,6 +368,7 @@ class FabricSettings(_Model):
             operations=list(self.operations.items()),
             hot_spares=list(enumerate(self.hot_spares)),
             health=self.health,
+            scaling=self.scaling,
         ))
 
     def differing_fields(self, other: "FabricSettings") -> list[str]:
@@ -456,6 +518,7 @@ class _Pieces:
     operations: list[tuple[str, OperationSpec]]
     hot_spares: list[tuple[int, HotSpareSettings]]
     health: HealthSettings | None
+    scaling: "ScalingSettings | None" = None
 
 
 def _semantic_problems(pieces: _Pieces) -> list[SettingsProblem]:
@@ -489,6 +552,9 @@ def _semantic_problems(pieces: _Pieces) -> list[SettingsProblem]:
     h = pieces.health
     if h is not None and h.offline_after_s < h.heartbeat_interval_s:
         out.append(SettingsProblem("offline_before_heartbeat", "health.offline_after_s", f"offline_after_s ({h.offline_after_s}) is shorter than one heartbeat ({h.heartbeat_interval_s})"))
+    sc = pieces.scaling
+    if sc is not None and sc.low_utilization >= sc.high_utilization:
+        out.append(SettingsProblem("low_above_high", "scaling.low_utilization", f"low_utilization ({sc.low_utilization}) is not below high_utilization ({sc.high_utilization})"))
     return out
 
 
@@ -511,6 +577,8 @@ def _pool_tier_problems(i: int, pool_name: str | None, tiers: list[tuple[int, Po
                 out.append(SettingsProblem("elastic_without_shapes", f"{path}.candidate_shapes", "an elastic pool tier needs at least one candidate shape"))
             if pt.provider == "static":
                 out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local' or 'ray-autoscaler'"))
+        if pt.max_nodes is not None and pt.min_nodes > pt.max_nodes:
+            out.append(SettingsProblem("min_above_max", f"{path}.min_nodes", f"min_nodes ({pt.min_nodes}) is above max_nodes ({pt.max_nodes})"))
         if pt.launch_mode == "spot" and pt.reliability == "durable":
             out.append(SettingsProblem("spot_durable", f"{path}.reliability", "spot capacity cannot be durable"))
     if fixed > 1:
@@ -555,7 +623,9 @@ def _pieces_of_raw(data: dict[str, Any]) -> _Pieces:
     hot_spares = [(k, hs) for k, v in enumerate(raw_spares if isinstance(raw_spares, (list, tuple)) else ())
                   if (hs := _valid(HotSpareSettings, v)) is not None]
     health = _valid(HealthSettings, data.get("health", {}))
-    return _Pieces(pools=pools, pool_names_known=names_known, operations=operations, hot_spares=hot_spares, health=health)
+    scaling = _valid(ScalingSettings, data.get("scaling", {}))
+    return _Pieces(pools=pools, pool_names_known=names_known, operations=operations, hot_spares=hot_spares, health=health,
+                   scaling=scaling)
 
 
 def _problems_from(exc: ValidationError) -> list[SettingsProblem]:
