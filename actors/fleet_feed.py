@@ -42,7 +42,7 @@ from fabric.rayio.adapter import RayAdapter
 _IN_FLEET = (NodeStatus.ACTIVE, NodeStatus.DRAINING)
 # Fields the feed owns; usage fields (running, reservations) belong to the scheduler's own view.
 _FACT_FIELDS = ("name", "capabilities", "status", "tier", "utilization", "last_seen", "cordoned", "flap_held",
-                "max_concurrent_tasks", "zone", "pool", "pool_tier")
+                "max_concurrent_tasks", "zone", "pool", "pool_tier", "warm")
 _facts = operator.attrgetter(*_FACT_FIELDS)
 RESYNC_CAUSE = "resync from the registry's snapshot"
 RAY_DEAD_CAUSE = "ray: node dead (Ray's node table)"

@@ -56,7 +56,7 @@ class JobRunner(BundleOps):
         self.store = store
         self.launcher = launcher
         self.clock = clock
-        self.book = JobBook(scheduler.settings.failure)
+        self.book = JobBook(scheduler.settings.failure, scheduler.settings)
         self.book.interruptible = self._interruptible
         self.payloads: dict[str, tuple[bytes, bytes]] = {}
         """Per job: the pickled class and the pickled constructor arguments."""

@@ -9,7 +9,9 @@ run by hand on a node after ``fabric join``. The actor reads the node the way it
    raylet with it, and Ray's workers inherit the raylet's environment; a label cannot hold a path);
 3. else the live machine.
 
-So a simulated node behaves like a real one end to end. Every ``heartbeat_interval_s`` it sends
+So a simulated node behaves like a real one end to end. It also reports which artifacts the
+node's cache holds (``probes.artifacts.ArtifactCache``: placement's warmth), after registering
+and whenever that changes, and fills the cache on request (``prefetch``, a spare warming up). Every ``heartbeat_interval_s`` it sends
 a heartbeat with utilisation (``Sources.utilization()``: CPU, memory, per-GPU via NVML on a live
 node); every ``reprobe_interval_s`` it probes again and reports what the node lost since it
 joined (a GPU that vanished, an encoder that stopped working). Being pinned, it dies with its
@@ -58,10 +60,11 @@ class Probe:
     """The probe's logic: register, heartbeat, re-probe. ``adapter`` is the Ray seam (default: a
     ``RayAdapter``); ``sources`` the node's ``Sources`` and ``source`` the word naming them
     (default: ``sources_for(labels)``; given sources are named by their ``label``); ``clock`` a
-    monotonic time."""
+    monotonic time; ``artifacts`` the node's ``ArtifactCache`` (default: at ``cache_root(name)``)."""
 
     def __init__(self, node_id: str, *, name: str, labels: dict[str, str], heartbeat_interval_s: float, reprobe_interval_s: float,
-                 adapter: Any = None, sources: Any = None, source: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 adapter: Any = None, sources: Any = None, source: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 artifacts: Any = None) -> None:
         self.node_id = node_id
         self.name = name
         self.labels = dict(labels)
@@ -81,6 +84,13 @@ class Probe:
         self.beats = 0
         self.paused_until = 0.0
         self.next_probe = clock() + reprobe_interval_s
+        if artifacts is None:
+            from probes.artifacts import ArtifactCache, cache_root
+
+            artifacts = ArtifactCache(cache_root(name))
+        self.artifacts = artifacts
+        self.reported_warm: frozenset[str] | None = None
+        """The warmth the registry holds from us (None: not reported since registering)."""
 
     def _probe(self) -> NodeCapabilities:
         from probes import probe_node
@@ -113,9 +123,11 @@ class Probe:
             if not self.registered:
                 await registry.register.remote(self.node_id, self.current.model_dump(mode="json"), util.model_dump())
                 self.registered = True
+                self.reported_warm = None
             else:
                 await registry.heartbeat.remote(self.node_id, util.model_dump())
             self.beats += 1
+            await self._report_warmth(registry)
             if self.clock() >= self.next_probe:
                 self.next_probe = self.clock() + self.reprobe_interval_s
                 await self._reprobe(registry, util)
@@ -126,6 +138,34 @@ class Probe:
                 self.registered = False  # the registry lost us (a fresh store): register again
         except Exception as exc:  # the registry restarting, a transient Ray error: retry next beat
             self.last_error = f"{type(exc).__name__}: {exc}"
+
+    async def _report_warmth(self, registry: Any, force: bool = False) -> frozenset[str]:
+        """Tell the registry what the artifact cache holds, when that changed (or ``force``)."""
+        held = await asyncio.to_thread(self.artifacts.held)
+        if force or held != self.reported_warm:
+            await registry.report_warmth.remote(self.node_id, sorted(held))
+            self.reported_warm = held
+        return held
+
+    async def prefetch(self, uris: Any, timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """Fetch ``uris`` into the node's artifact cache, report the warmth to the registry at
+        once, and return one result per URI (``FetchResult.to_dict()``: uri, ok, error, bytes,
+        seconds); a failed fetch leaves that artifact cold. A report that fails (the registry
+        restarting) is retried by the next beat; the results stand."""
+        from probes.artifacts import DEFAULT_TIMEOUT_S, MAX_URIS
+
+        if isinstance(uris, str) or not isinstance(uris, (list, tuple)):
+            raise TypeError(f"prefetch takes a list of artifact URIs, got {type(uris).__name__}")
+        if len(uris) > MAX_URIS:
+            raise ValueError(f"at most {MAX_URIS} URIs per prefetch, got {len(uris)}")
+        results = await asyncio.to_thread(self.artifacts.fetch, list(uris), DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+        if self.registered:
+            try:
+                await self._report_warmth(await self._registry(), force=True)
+            except Exception as exc:
+                self.reported_warm = None
+                self.last_error = f"warmth report: {type(exc).__name__}: {exc}"
+        return [r.to_dict() for r in results]
 
     async def _reprobe(self, registry: Any, util: Utilization) -> tuple[str, ...]:
         self.current = await asyncio.to_thread(self._probe)
@@ -146,7 +186,8 @@ class Probe:
     def info(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "name": self.name, "pid": os.getpid(), "source": self.source,
                 "registered": self.registered, "beats": self.beats, "last_error": self.last_error,
-                "tier": self.current.tier.value, "degraded": list(self.degraded)}
+                "tier": self.current.tier.value, "degraded": list(self.degraded),
+                "artifact_cache": str(getattr(self.artifacts, "root", "")), "warm": sorted(self.reported_warm or ())}
 
 
 @ray.remote(num_cpus=0)
@@ -168,6 +209,11 @@ class ProbeActor:
         """Send nothing for ``seconds``: what the registry sees of a network partition (the raylet
         stays up, the heartbeats stop). For tests and drills."""
         self.probe.pause(seconds)
+
+    async def prefetch(self, uris: list[str], timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """Fetch ``uris`` into this node's artifact cache and report the warmth to the registry at
+        once; one ``{uri, ok, error, bytes, seconds}`` per URI (``ok: False``: that one stays cold)."""
+        return await self.probe.prefetch(uris, timeout_s)
 
     async def info(self) -> dict[str, Any]:
         return self.probe.info()

@@ -43,6 +43,8 @@ from fabric.core.records import ChangePage, FeedSnapshot, RegistryRecord, Utiliz
 from fabric.store import FabricStore
 from fabric.store.changes import ChangeLog
 
+MAX_WARM = 10_000
+"""Most artifact URIs one warmth report may list."""
 _HOLDS_KEY = "registry.pending_holds"
 """Flap holds the monitor decided for a node Ray has alive but whose probe has not registered yet
 (node id -> until); the record takes its hold when it registers."""
@@ -143,6 +145,32 @@ class Registry:
         return record
 
     # -- what the health monitor sends ---------------------------------------------------------------
+    def report_warmth(self, node_id: Any, warm: Any) -> RegistryRecord:
+        """The artifact URIs the node's cache holds (its probe reports them when they change, and
+        after a prefetch): stored sorted in ``RegistryRecord.warm``, and the whole record numbered
+        in the change feed when they changed (placement's warmth reads them). Refused with a
+        ``RegistrationError`` naming ``warm`` (or ``node_id``) when malformed or unregistered."""
+        if not isinstance(node_id, str) or not node_id:
+            raise RegistrationError("a warmth report needs a node id", node_id=None, field="node_id")
+        if isinstance(warm, (str, bytes)) or not isinstance(warm, (list, tuple, set, frozenset)):
+            raise RegistrationError(f"warm is a list of artifact URIs, got {type(warm).__name__}", node_id=node_id, field="warm")
+        if len(warm) > MAX_WARM:
+            raise RegistrationError(f"warm lists {len(warm)} artifacts; at most {MAX_WARM}", node_id=node_id, field="warm")
+        for i, uri in enumerate(warm):
+            if not isinstance(uri, str) or not uri or len(uri) > 4096:
+                raise RegistrationError("an artifact URI is a non-empty string of at most 4096 characters",
+                                        node_id=node_id, field=f"warm[{i}]")
+        record = self.store.get(node_id)
+        if record is None:
+            raise RegistrationError(f"warmth report from unregistered node {node_id}", node_id=node_id, field="node_id")
+        held = tuple(sorted(set(warm)))
+        if held == record.warm:
+            return record
+        record = record.model_copy(update={"warm": held})
+        self.store.upsert(record)
+        self.log.record(record, "warmth reported", identity=True)
+        return record
+
     def apply(self, events: Iterable[Any]) -> int:
         """Apply fleet events: status changes, flap holds, collection, cordons and drains. Returns
         how many changed a record.
@@ -329,7 +357,7 @@ def _planned_update(event: Any, record: RegistryRecord) -> dict[str, Any]:
 def _identity_changed(before: RegistryRecord, after: RegistryRecord) -> bool:
     """Whether a follower needs the whole record: what only a registration or a re-probe changes."""
     return (before.capabilities != after.capabilities or before.name != after.name or before.labels != after.labels
-            or before.profile != after.profile or before.registered_at != after.registered_at)
+            or before.profile != after.profile or before.registered_at != after.registered_at or before.warm != after.warm)
 
 
 def _stimulus(what: str) -> str:
@@ -377,6 +405,9 @@ class RegistryActor:
 
     async def report(self, node_id: str, capabilities: Any, degraded: list[str] | tuple[str, ...] = (), utilization: Any = None) -> RegistryRecord:
         return self.registry.report(node_id, capabilities, degraded, utilization)
+
+    async def report_warmth(self, node_id: str, warm: list[str]) -> RegistryRecord:
+        return self.registry.report_warmth(node_id, warm)
 
     async def apply(self, events: list[Any]) -> int:
         return self.registry.apply(events)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.names import POOL_LABEL, POOL_TIER_LABEL, TIER_LABEL, ZONE_LABEL
+from fabric.core.names import INSTANCE_LABEL, POOL_LABEL, POOL_TIER_LABEL, PROVIDER_LABEL, SPARE_LABEL, TIER_LABEL, ZONE_LABEL
 
 
 class _Model(BaseModel):
@@ -78,6 +78,9 @@ class RegistryRecord(_Model):
     drained: bool = False
     """An operator drain is in force: a node that comes back from ``offline`` (a partition) returns
     to ``draining``, not ``active``. Only an uncordon withdraws it."""
+    warm: tuple[str, ...] = ()
+    """Artifact URIs the node's cache holds, as its probe last reported them (sorted): placement's
+    warmth (``NodeRecord.warm``)."""
 
     @property
     def limitations(self) -> tuple[str, ...]:
@@ -104,7 +107,8 @@ class RegistryRecord(_Model):
                 and not any(previous.gpu_reserved) and not previous.unhealthy and previous.utilization_cap == 1.0
                 and previous.zone == labels.get(ZONE_LABEL) and previous.pool == labels.get(POOL_LABEL)
                 and previous.pool_tier == labels.get(POOL_TIER_LABEL) and previous.label_tier == _label_tier(labels.get(TIER_LABEL))
-                and previous.tier == self.capabilities.tier):
+                and previous.tier == self.capabilities.tier
+                and (previous.warm == frozenset(self.warm) if self.warm else not previous.warm)):
             return previous.with_live(status=self.status, utilization=self.utilization.fraction, last_seen=self.last_seen,
                                       cordoned=self.cordoned, flap_held=self.flap_held(now))
         return _NodeRecord(  # tier None: the tier the capabilities serve
@@ -112,7 +116,9 @@ class RegistryRecord(_Model):
             tier=None, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
             cordoned=self.cordoned, flap_held=self.flap_held(now), max_concurrent_tasks=max_concurrent_tasks,
             zone=labels.get(ZONE_LABEL), pool=labels.get(POOL_LABEL), pool_tier=labels.get(POOL_TIER_LABEL),
-            label_tier=_label_tier(labels.get(TIER_LABEL)),
+            label_tier=_label_tier(labels.get(TIER_LABEL)), warm=frozenset(self.warm),
+            instance_id=labels.get(INSTANCE_LABEL) or None, provider=labels.get(PROVIDER_LABEL) or None,
+            spare=labels.get(SPARE_LABEL) == "true",
         )
 
 
@@ -135,8 +141,8 @@ def _label_tier(value: str | None) -> Any:
 # -- the change feed ---------------------------------------------------------------------------------
 LIVE_FIELDS = ("status", "status_since", "last_seen", "utilization", "degraded", "held_until", "cordoned", "drained")
 """The fields of a ``RegistryRecord`` that change while a node lives (heartbeats, health, operator).
-The others (``node_id``, ``name``, ``capabilities``, ``labels``, ``registered_at``, ``profile``)
-change only when a node registers or re-probes."""
+The others (``node_id``, ``name``, ``capabilities``, ``labels``, ``registered_at``, ``profile``,
+``warm``) change only when a node registers, re-probes or reports its warmth (the whole record travels)."""
 
 CHANGE_KINDS = ("record", "update", "collected", "seen")
 

@@ -19,7 +19,7 @@ is no longer the job's (a late death of an instance already replaced) changes no
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from fabric.core.errors import InvalidSpecError, JobNotFoundError
@@ -27,6 +27,7 @@ from fabric.core.jobs.restarts import Restart, ceiling, restarts_last_hour, verd
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.jobs.states import JOB_LIFECYCLE, LIVE_STATES, JobState
 from fabric.core.placement import Peer, PlacementContext
+from fabric.core.settings import template_artifacts
 
 HISTORY = 50
 """State changes kept per job (its ``history``)."""
@@ -129,8 +130,10 @@ Where = Callable[[str], tuple[str | None, str | None] | None]
 class JobBook:
     """Every job and bundle, and what to do next (see the module docstring)."""
 
-    def __init__(self, failure_settings: Any) -> None:
+    def __init__(self, failure_settings: Any, settings: Any = None) -> None:
         self.failure = failure_settings
+        self.settings = settings
+        """The ``FabricSettings`` whose ``templates`` give a job's ``template_images`` (None: none listed)."""
         self.jobs: dict[str, JobRecord] = {}
         self.bundles: dict[str, BundleRecord] = {}
         self.dirty: set[str] = set()
@@ -206,10 +209,11 @@ class JobBook:
         """The engine's context for ``rec``'s next placement."""
         excl = frozenset(rec.exclude) | frozenset(exclude)
         b = self.bundles.get(rec.bundle_id) if rec.bundle_id else None
+        images = template_artifacts(self.settings, rec.spec.template) if self.settings is not None else ()
         if b is None:
             return PlacementContext(job=rec.spec.name, job_id=rec.job_id, recovering=rec.recovering,
                                     on_runtime_failure=rec.spec.on_runtime_failure if rec.recovering else "avoid_spare",
-                                    template=rec.spec.template, exclude_nodes=excl, target_node=target_node)
+                                    template=rec.spec.template, template_images=images, exclude_nodes=excl, target_node=target_node)
         peers = []
         for (replica, name), jid in b.jobs.items():
             other = self.jobs.get(jid)
@@ -220,10 +224,12 @@ class JobBook:
         twin = self.jobs.get(b.jobs.get((1 - rec.replica, rec.spec.name), ""))
         other_node = twin.binding.node_id if twin is not None and twin.binding is not None else None
         zone, cloud = (where(other_node) or (None, None)) if other_node else (None, None)
-        return b.bundle.context(rec.replica, rec.spec.name, peers=tuple(peers), other_node=other_node,
-                                other_zone=zone, other_cloud=cloud, recovering=rec.recovering,
-                                exclude_nodes=excl, target_node=target_node, spec=rec.spec, job_id=rec.job_id,
-                                first_placement=not rec.restarts and not rec.recovering and target_node is None)
+        ctx = b.bundle.context(rec.replica, rec.spec.name, peers=tuple(peers), other_node=other_node,
+                               other_zone=zone, other_cloud=cloud, recovering=rec.recovering,
+                               exclude_nodes=excl, target_node=target_node, spec=rec.spec, job_id=rec.job_id,
+                               first_placement=not rec.restarts and not rec.recovering and target_node is None)
+        images = template_artifacts(self.settings, ctx.template) if self.settings is not None else ()
+        return replace(ctx, template_images=images) if images and not ctx.template_images else ctx
 
     def placed(self, job_id: str, node_id: str, allocation_id: int | None, instance_key: str, now: float,
                where: Where | None = None) -> list[Instruction]:
