@@ -8,7 +8,9 @@ node registers with the fabric it is *prospective*; matching the two is the sche
 (by the instance-id label), not the provider's. A provider terminates only instances it made.
 
 ``providers_for(settings, address=...)`` builds one provider per provider name the settings'
-pool tiers use. ``local`` exists; ``ray-autoscaler`` is refused by name until it does.
+pool tiers use: ``local`` (``fabric.providers.local``) and ``ray-autoscaler``
+(``fabric.providers.autoscaler``: Ray's autoscaler launches the nodes; its nodes cannot carry
+an instance-id label, so its ``claim(node_id, labels)`` does that matching instead).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fabric.core.errors import FabricError
 from fabric.core.settings import FabricSettings, NodeShape
 
 if TYPE_CHECKING:
+    from fabric.providers.autoscaler import RayAutoscalerProvider
     from fabric.providers.local import LocalProvider
 
 __all__ = ["NodeProvider", "ProvisionedNode", "ProviderError", "providers_for", "PROVIDER_NAMES", "NO_TAGS"]
@@ -87,12 +90,14 @@ class NodeProvider(Protocol):
 
 
 def providers_for(settings: FabricSettings | Mapping[str, Any] | None, *, address: str | None = None,
-                  **local_options: Any) -> dict[str, NodeProvider]:
+                  autoscaler_options: Mapping[str, Any] | None = None, **local_options: Any) -> dict[str, NodeProvider]:
     """One provider per provider name the settings' pool tiers use, keyed by that name (``static``
     pool tiers need none). ``address``: the cluster's GCS address, which the ``local`` provider's
     nodes join; ``local_options``: ``LocalProvider``'s keyword arguments (``node_ip_address``,
-    ``max_slots``, ``env``...). A provider that does not exist yet is refused naming it and the
-    pool tiers that ask for it."""
+    ``max_slots``, ``env``...). ``ray-autoscaler`` is a ``RayAutoscalerProvider`` over these
+    settings (``autoscaler_options``: its keyword arguments, e.g. ``request_resources``; it writes
+    through the connected driver, so it needs no address). A provider name no builder knows is
+    refused naming it and the pool tiers that ask for it."""
     settings = FabricSettings.load(settings if settings is None or isinstance(settings, FabricSettings) else dict(settings))
     wanted: dict[str, list[str]] = {}
     for pool in settings.pools:
@@ -106,9 +111,11 @@ def providers_for(settings: FabricSettings | Mapping[str, Any] | None, *, addres
                 raise ProviderError(f"provider 'local' (pool tiers {', '.join(users)}) needs the cluster address its nodes join",
                                     reason="no_address", provider=name, field="address")
             out[name] = _local(address, local_options)
+        elif name == "ray-autoscaler":
+            out[name] = _autoscaler(settings, autoscaler_options or {})
         else:
-            raise ProviderError(f"provider {name!r} (pool tiers {', '.join(users)}) is not implemented yet; "
-                                f"implemented: 'local'", reason="unsupported_provider", provider=name)
+            raise ProviderError(f"provider {name!r} (pool tiers {', '.join(users)}) is not implemented; "
+                                f"implemented: {', '.join(PROVIDER_NAMES)}", reason="unsupported_provider", provider=name)
     return out
 
 
@@ -116,3 +123,9 @@ def _local(address: str, options: Mapping[str, Any]) -> "LocalProvider":
     from fabric.providers.local import LocalProvider
 
     return LocalProvider(address, **options)
+
+
+def _autoscaler(settings: FabricSettings, options: Mapping[str, Any]) -> "RayAutoscalerProvider":
+    from fabric.providers.autoscaler import RayAutoscalerProvider
+
+    return RayAutoscalerProvider(settings, **options)

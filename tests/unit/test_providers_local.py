@@ -295,10 +295,9 @@ def test_providers_for_builds_one_provider_per_name_used():
     assert set(providers_for(settings_with("local").model_dump(mode="json"), address=ADDRESS)) == {"local"}
 
 
-def test_providers_for_refuses_ray_autoscaler_by_name_and_local_without_an_address():
-    with pytest.raises(ProviderError, match="provider 'ray-autoscaler' \\(pool tiers default/t1\\) is not implemented") as info:
-        providers_for(settings_with("local", "ray-autoscaler"), address=ADDRESS)
-    assert info.value.reason == "unsupported_provider" and info.value.provider == "ray-autoscaler"
+def test_providers_for_builds_ray_autoscaler_beside_local_and_refuses_local_without_an_address():
+    got = providers_for(settings_with("local", "ray-autoscaler"), address=ADDRESS)
+    assert set(got) == {"local", "ray-autoscaler"} and got["ray-autoscaler"].name == "ray-autoscaler"
     with pytest.raises(ProviderError, match="needs the cluster address") as info:
         providers_for(settings_with("local"))
     assert info.value.reason == "no_address" and info.value.field == "address"
