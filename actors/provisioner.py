@@ -57,6 +57,7 @@ class Provisioner:
         """Instance id -> when its provision was asked for (monotonic): provision-to-serving times."""
         self.serving_s: dict[str, float] = {}
         """Instance id -> seconds from the provision to the node registering."""
+        self._joined_early: dict[str, float] = {}
 
     # -- providers ---------------------------------------------------------------------------------
     def providers(self) -> dict[str, Any]:
@@ -106,6 +107,9 @@ class Provisioner:
         node = await loop.run_in_executor(
             self._pool, lambda: p.provision(shape, pool=pool, pool_tier=pool_tier, spare=spare, tags=dict(tags or {})))
         self.started_at.setdefault(node.instance_id, t0)
+        joined = self._joined_early.pop(node.instance_id, None)
+        if joined is not None:  # it registered before ray start reported it up
+            self.serving_s[node.instance_id] = round(max(0.0, joined - self.started_at[node.instance_id]), 3)
         self._note("node_provisioned", provider=provider, pool=pool, pool_tier=pool_tier, shape=shape.name,
                    instance_id=node.instance_id, spare=spare, start_s=round(time.monotonic() - t0, 3))
         return node
@@ -123,8 +127,17 @@ class Provisioner:
 
     def registered(self, instance_id: str | None) -> None:
         """A provisioned node registered: how long it took from the provision."""
-        if instance_id and instance_id in self.started_at and instance_id not in self.serving_s:
+        if not instance_id or instance_id in self.serving_s:
+            return
+        if instance_id in self.started_at:
             self.serving_s[instance_id] = round(time.monotonic() - self.started_at[instance_id], 3)
+        else:
+            self._joined_early[instance_id] = time.monotonic()
+
+    def knows(self, provider: str | None, instance_id: str) -> bool:
+        """Whether ``provider`` (already built) made ``instance_id`` and holds it still."""
+        p = (self._providers or {}).get(provider or "")
+        return p is not None and any(n.instance_id == instance_id for n in p.list())
 
     def instances(self) -> list[dict]:
         out = []

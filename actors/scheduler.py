@@ -77,8 +77,14 @@ class Scheduler:
         """The long-running jobs (``actors.jobs.JobRunner``); None in unit tests that drive no jobs."""
         self.provisioner = Provisioner(self, providers)
         """Provider calls (``actors.provisioner``): the core's ``ProvisionNode`` / ``TerminateNode``."""
+        from fabric.core.scheduling.scaling import Scaler
+
+        self.scaler = Scaler()
+        """Burst and utilisation scaling (seed 002), observed every tick (``_scale``)."""
         self.spare_tags: dict[str, dict[str, Any]] = {}
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
+        self.raised: dict[str, dict[str, Any]] = {}
+        """Node id -> the slot cap the scaler raised it to (kept when the node comes back)."""
         self._loop_task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -94,7 +100,9 @@ class Scheduler:
     async def _step(self) -> None:
         """One tick of the loop: follow the feed, then let time pass in the core."""
         await self._sync()
+        self._observe_slots()
         self._handle(Tick())
+        self._scale()
         if self.jobs is not None:
             self.jobs.tick()
 
@@ -109,11 +117,12 @@ class Scheduler:
             stimulus = stimulus_for(change)
             if isinstance(stimulus, NodeJoined):
                 self.provisioner.registered(stimulus.record.instance_id)
-                tags = self.spare_tags.get(stimulus.record.node_id)
+                tags = {**self.spare_tags.get(stimulus.record.node_id, {}), **self.raised.get(stimulus.record.node_id, {})}
                 if tags:  # a node that comes back keeps the tags written for it
                     stimulus = NodeJoined(stimulus.record.evolve(**tags), stimulus.cause, stimulus_id=stimulus.stimulus_id)
             elif change.kind == "lost":
                 self.spare_tags.pop(change.node_id, None)
+                self.raised.pop(change.node_id, None)
             if stimulus is not None:
                 self._carry_out(self.core.handle(stimulus))
             if change.kind == "lost" and self.jobs is not None:
@@ -311,6 +320,48 @@ class Scheduler:
         since = msg.read_count("since", since, 2**63 - 1)
         return self._runner().events_since(since, list(kinds) if kinds else None)
 
+    def _observe_slots(self) -> None:
+        """Tell the core what Ray counts in use per node (``SlotsObserved``), when the feed's Ray seam can."""
+        from fabric.core.scheduling import SlotsObserved
+
+        count = getattr(getattr(self.feed, "adapter", None), "slots_in_use", None)
+        if count is not None:
+            used = count()
+            if used:
+                self._handle(SlotsObserved(used))
+
+    # -- scaling (fabric.core.scheduling.scaling) -------------------------------------------------------
+    def _scale(self) -> None:
+        """One observation of the burst and utilisation windows; their actions carried out."""
+        from fabric.core.scheduling import Cordoned, ProvisionRequested
+        from fabric.core.scheduling.scaling import ProvisionGroup, RaiseConcurrency, ScaleDown
+
+        if not self.settings.scaling.enabled:
+            return
+        default = self.core.fleet.default_pool
+        depth: dict[str, int] = {}
+        for q in self.core.queue:
+            pool = q.requirement.pool or default
+            depth[pool] = depth.get(pool, 0) + 1
+        now = self.core.clock()
+        for a in self.scaler.observe(now, self.core.fleet.records(), depth, self.core.provisions.by_tier(), self.settings):
+            if isinstance(a, RaiseConcurrency) and a.node_id in self.core.fleet:
+                self.raised[a.node_id] = {"max_concurrent_tasks": a.slots}
+                self._handle(NodeChanged(a.node_id, {"max_concurrent_tasks": a.slots}, f"scaling: {a.reason}"))
+                self.record_event("concurrency_raised", {"node_id": a.node_id, "slots": a.slots, "reason": a.reason})
+            elif isinstance(a, ProvisionGroup):
+                self._handle(ProvisionRequested(a.pool, a.pool_tier, a.shape, a.count, f"scaling: {a.reason}"))
+                self.record_event("scale_out", {"pool": a.pool, "pool_tier": a.pool_tier, "shape": a.shape.name,
+                                                "count": a.count, "reason": a.reason})
+            elif isinstance(a, ScaleDown):
+                rec = self.core.fleet.get(a.node_id)
+                if rec is None or not rec.instance_id or not self.provisioner.knows(rec.provider, rec.instance_id):
+                    continue  # not a node this fabric's providers made (and still hold): never terminated
+                self._handle(Cordoned(a.node_id))  # nothing new lands there while it goes
+                self.provisioner.carry_out(TerminateNode(rec.provider, rec.instance_id, reason=f"scaling: {a.reason}"))
+                self.record_event("scale_down", {"node_id": a.node_id, "pool": a.pool, "pool_tier": a.pool_tier,
+                                                 "instance_id": rec.instance_id, "reason": a.reason})
+
     # -- providers and spares (actors.provisioner, actors.spares) -------------------------------------------
     async def provision_node(self, provider: str, shape: Any, pool: str, pool_tier: str, spare: bool = False) -> dict:
         """Have ``provider`` start one node (a spare reconciler's provision); its ``ProvisionedNode``
@@ -351,6 +402,15 @@ class Scheduler:
         view["serving_s"] = dict(self.provisioner.serving_s)
         view["log"] = list(self.provisioner.log[-50:])
         return view
+
+    def reservations(self) -> dict[str, dict[str, int]]:
+        """Per node: reservations by owner kind (``task``, ``lease``, ``observed``): what the engine counts."""
+        out: dict[str, dict[str, int]] = {}
+        for e in self.core.ledger.entries():
+            kind = e.owner if e.owner in ("task", "observed") else "lease"
+            node = out.setdefault(e.allocation.node_id, {})
+            node[kind] = node.get(kind, 0) + 1
+        return out
 
     def close_providers(self) -> int:
         """Terminate every node this fabric's providers made (``fabric.down``)."""

@@ -59,6 +59,8 @@ __all__ = ["LocalProvider", "sweep", "PID_SUFFIX", "NodeArgs", "node_args", "ray
 # Labels of provisioned nodes: fabric.core.names (re-exported here, where they are written).
 
 ENABLE_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_START_LOCK = threading.Lock()
+"""Held while a child's ``ray start`` brings its node up (every provider in this process)."""
 _FAILED_START_GRACE_S = 5.0
 """SIGTERM to SIGKILL for a ``ray start`` that never started its node: nothing there to drain."""
 STARTED_MARK = "Ray runtime started"
@@ -396,7 +398,9 @@ class LocalProvider:
                                 shape=shape.name, field="address")
         instance_id = self._new_id()
         try:
-            spec = node_args(profile, name=instance_id, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier,
+            # the shape says what the node brings: its CPUs cap the profile's slots (as max_slots does)
+            caps = [c for c in (self.max_slots, max(1, int(shape.num_cpus))) if c is not None]
+            spec = node_args(profile, name=instance_id, max_slots=min(caps), pool=pool, pool_tier=pool_tier,
                              instance_id=instance_id, spare=spare, provider=self.name, shape=shape.name, tags=tags)
         except ValueError as exc:
             raise ProviderError(f"shape {shape.name!r}: {exc}", reason="invalid_node", provider=self.name, shape=shape.name,
@@ -404,6 +408,11 @@ class LocalProvider:
         argv = ray_start_args(spec, address=self.address, ray=ray, node_ip_address=self.node_ip_address, block=True,
                               dashboard_agent_listen_port=0, extra=["--log-color=false"])
         log_path = self._log_dir() / f"{instance_id}.log"
+        with _START_LOCK:  # one raylet starting at a time: started together on a small host they miss their start deadline
+            return self._start(shape, spec, argv, log_path, instance_id, profile, pool, pool_tier, spare)
+
+    def _start(self, shape: NodeShape, spec: NodeArgs, argv: builtins.list[str], log_path: Path, instance_id: str,
+               profile: str, pool: str, pool_tier: str, spare: bool) -> ProvisionedNode:
         try:
             with open(log_path, "wb") as log:
                 # A session of its own: everything the child starts stays in it (ray start makes itself
@@ -411,7 +420,7 @@ class LocalProvider:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         env=self._child_env(spec.env), start_new_session=True, close_fds=True)
         except OSError as exc:
-            raise ProviderError(f"could not run {ray}: {exc}", reason="start_failed", provider=self.name, shape=shape.name,
+            raise ProviderError(f"could not run {argv[0]}: {exc}", reason="start_failed", provider=self.name, shape=shape.name,
                                 profile=profile, instance_id=instance_id) from exc
         node = ProvisionedNode(instance_id=instance_id, provider=self.name, pool=pool, pool_tier=pool_tier, shape=shape,
                                spare=spare, started_at=self._clock(), name=instance_id, profile=profile, labels=dict(spec.labels),

@@ -38,6 +38,12 @@ class RayAdapter:
                 return node
         return None
 
+    def slots_in_use(self) -> dict[str, int]:
+        """Per alive node id: ``fabric.slots`` in use, as Ray's GCS counts them."""
+        from fabric.rayio.driver import slots_in_use
+
+        return slots_in_use()
+
     def current_node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 

@@ -102,17 +102,22 @@ class RayDriver:
     # -- the cluster's resources ----------------------------------------------------------------
     def slots_in_use(self) -> dict[str, int]:
         """Per alive node id: ``fabric.slots`` in use (total minus available, from Ray's GCS)."""
-        from ray._private import state  # Ray 2.60 has no public per-node *available* view
+        return slots_in_use()
 
-        try:
-            total = state.total_resources_per_node()
-            available = state.available_resources_per_node()
-        except Exception:  # GCS briefly away: running counts are best effort
-            return {}
-        out = {}
-        for node_id, res in total.items():
-            slots = res.get(SLOTS_RESOURCE, 0.0)
-            if slots:
-                out[node_id] = max(0, int(round(slots - available.get(node_id, {}).get(SLOTS_RESOURCE, 0.0))))
-        return out
 
+def slots_in_use() -> dict[str, int]:
+    """Per alive node id: ``fabric.slots`` in use (total minus available, from Ray's GCS): every
+    fabric call holds one while it runs, however it was sent (placed, leased, spilled)."""
+    from ray._private import state  # Ray 2.60 has no public per-node *available* view
+
+    try:
+        total = state.total_resources_per_node()
+        available = state.available_resources_per_node()
+    except Exception:  # GCS briefly away: running counts are best effort
+        return {}
+    out = {}
+    for node_id, res in total.items():
+        slots = res.get(SLOTS_RESOURCE, 0.0)
+        if slots:
+            out[node_id] = max(0, int(round(slots - available.get(node_id, {}).get(SLOTS_RESOURCE, 0.0))))
+    return out

@@ -134,6 +134,8 @@ class FakeRayAdapter:
         self.probe_starts: list[ProbeStart] = []
         self.ensure_error: Exception | None = None
         """When set, ``ensure_probe`` raises it (a node whose raylet refuses the actor)."""
+        self.slots_used: dict[str, int] = {}
+        """What ``slots_in_use`` answers: ``fabric.slots`` in use per node, as a test sets it."""
 
     # -- driving the fake -------------------------------------------------------------------
     def add_node(self, node: RayNodeView) -> RayNodeView:
@@ -160,6 +162,9 @@ class FakeRayAdapter:
 
     def current_node_id(self) -> str:
         return self.node_id
+
+    def slots_in_use(self) -> dict[str, int]:
+        return dict(self.slots_used)
 
     def gcs_address(self) -> str:
         return self._gcs_address

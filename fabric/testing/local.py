@@ -261,6 +261,25 @@ class LocalFabric:
             return not missing or False
 
         self.wait_until(done, f"registration of nodes {sorted(i[:12] for i in wanted)}", timeout_s)
+        sched = self._scheduler()
+        if sched is not None:  # and the scheduler places on them: its fleet follows the registry by a tick
+            import ray
+
+            def placed_on():
+                ray.get(sched.sync_now.remote(), timeout=30)
+                return wanted <= {r.node_id for r in ray.get(sched.nodes.remote(), timeout=30)}
+
+            self.wait_until(placed_on, f"the scheduler's view of nodes {sorted(i[:12] for i in wanted)}", timeout_s)
+
+    def _scheduler(self) -> Any:
+        import ray
+
+        from fabric.core.names import NAMESPACE, SCHEDULER
+
+        try:
+            return ray.get_actor(SCHEDULER, namespace=NAMESPACE) if self.handle is not None else None
+        except ValueError:
+            return None
 
     # -- teardown -----------------------------------------------------------------------------------
     def close(self) -> None:

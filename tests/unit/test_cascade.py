@@ -192,3 +192,50 @@ def test_a_pool_tier_provisions_in_waves_of_max_pending(clock):
     c.validate_state()
     assert len([i for i in joined if isinstance(i, Placed)]) == 1
     assert len([i for i in joined if isinstance(i, ProvisionNode)]) == 1  # one slot of the wave freed: one more
+
+
+def test_a_worker_group_opens_prospective_nodes_the_queue_waits_on(core):
+    from fabric.core.scheduling import ProvisionRequested
+    from fabric.core.settings import NodeShape
+
+    burst(core, 2)  # the fixed node is full
+    core.handle(PlaceRequested(CPU.replace(num_cpus=1), request_id="late", queue=True))
+    before = len(core.provisions)
+    out = core.handle(ProvisionRequested("default", "overflow", NodeShape.model_validate(SHAPE), 2, "burst"))
+    core.validate_state()
+    assert len([i for i in out if isinstance(i, ProvisionNode) and i.pool_tier == "overflow"]) == 2
+    assert len(core.provisions) == before + 2
+
+
+def test_slots_ray_counts_in_use_beyond_what_the_core_tracks_are_held_until_they_end(core):
+    from fabric.core.scheduling import SlotsObserved
+
+    # a lease that expired while its two calls still run: the core no longer tracks them
+    core.handle(SlotsObserved({"fixed-1": 2}))
+    core.validate_state()
+    out = core.handle(s := PlaceRequested(CPU, request_id="q", queue=True))
+    assert reply(out, s.stimulus_id).status == "deferred"  # not double-booked onto the busy node
+    assert core.node("fixed-1").running == 2
+    core.handle(SlotsObserved({"fixed-1": 2}))  # unchanged: nothing added twice
+    assert core.node("fixed-1").running == 2
+    out = core.handle(SlotsObserved({"fixed-1": 0}))  # they ended
+    core.validate_state()
+    assert [p.assignment.node_id for p in out if isinstance(p, Placed)] == ["fixed-1"]
+
+
+def test_a_lease_that_expires_while_ray_is_observed_keeps_its_slots_until_its_calls_end(core, clock):
+    from fabric.core.scheduling import SlotsObserved
+
+    core.handle(SlotsObserved({"fixed-1": 0}))
+    core.handle(LeaseRequested("lease-1", CPU, want=2))
+    core.handle(SlotsObserved({"fixed-1": 2}))  # both leased calls running
+    clock.t += 10.0
+    core.handle(SlotsObserved({"fixed-1": 2}))
+    core.handle(Tick())  # the driver stopped renewing: the lease expires, its calls still run
+    core.validate_state()
+    assert len(core.leases) == 0 and core.node("fixed-1").running == 2
+    out = core.handle(s := PlaceRequested(CPU, request_id="q", queue=True))
+    assert reply(out, s.stimulus_id).status == "deferred"  # never double-booked
+    out = core.handle(SlotsObserved({"fixed-1": 1}))  # one ended
+    core.validate_state()
+    assert [p.assignment.node_id for p in out if isinstance(p, Placed)] == ["fixed-1"]

@@ -15,8 +15,9 @@ from fabric.core.scheduling.invariants import InvalidStateError
 from fabric.core.scheduling.replies import LeaseGrant, LeaseSlot, NodeAssignment
 from fabric.core.scheduling.stimuli import (
     Cancelled, CallsReported, Cordoned, DrainRequested, LeaseEnded, LeaseRequested, NodeChanged, NodeJoined,
-    NodeLost, OutsidersSeen, PlacementUnclaimed, PlaceRequested, ProvisionFailed, ProvisionStarted, SelectRequested,
-    SlotsReleased, Stimulus, Tick,
+    NodeLost, OutsidersSeen, PlacementUnclaimed, PlaceRequested, ProvisionFailed, ProvisionRequested, ProvisionStarted,
+    SelectRequested,
+    SlotsObserved, SlotsReleased, Stimulus, Tick,
     Uncordoned, new_stimulus_id,
 )
 
@@ -24,6 +25,6 @@ __all__ = [
     "Answer", "CallsReported", "Cancelled", "Clock", "Cordoned", "DRAIN_LIFECYCLE", "DrainPhase", "DrainRequested",
     "Expired", "Instruction", "InvalidStateError", "LeaseEnded", "LeaseGrant", "LeaseRequested", "LeaseSlot",
     "MarkDraining", "NodeAssignment", "NodeChanged", "NodeJoined", "NodeLost", "OutsidersSeen", "Placed",
-    "PlacementUnclaimed", "PlaceRequested", "ProvisionFailed", "ProvisionNode", "ProvisionStarted", "Refused", "STIMULUS_LOG_SIZE", "SchedulerCore", "SelectRequested",
-    "SetCordoned", "SlotsReleased", "Stimulus", "TerminateNode", "Tick", "Uncordoned", "new_stimulus_id", "reply",
+    "PlacementUnclaimed", "PlaceRequested", "ProvisionFailed", "ProvisionNode", "ProvisionRequested", "ProvisionStarted", "Refused", "STIMULUS_LOG_SIZE", "SchedulerCore", "SelectRequested",
+    "SetCordoned", "SlotsObserved", "SlotsReleased", "Stimulus", "TerminateNode", "Tick", "Uncordoned", "new_stimulus_id", "reply",
 ]

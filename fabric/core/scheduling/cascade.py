@@ -112,6 +112,23 @@ class CascadeSteps:
             return self._registered(p, s.stimulus_id)
         return []
 
+    def _provision_requested(self, s: st.ProvisionRequested, now: float) -> list[Instruction]:
+        """A worker group asked for by the burst scaler: ``count`` prospective nodes, each a
+        ``ProvisionNode``; the queue is placed onto them at once (it waits there)."""
+        pt = find_pool_tier(self.settings, s.pool, s.pool_tier)
+        if pt is None or pt.provider == "static" or s.count < 1:
+            return []
+        out: list[Instruction] = []
+        for _ in range(s.count):
+            p = self.provisions.open(s.pool, s.pool_tier, pt.provider, s.shape, now, pt.provision_timeout_s, s.reason)
+            rec = self.fleet.add(shape_record(p.node_id, s.shape, s.pool, s.pool_tier))
+            self.ledger.note_cap(rec.node_id, rec.slots)
+            self.counters["provisions_requested"] += 1
+            out.append(ProvisionNode(p.provision_id, pt.provider, s.pool, s.pool_tier, s.shape, reason=s.reason,
+                                     stimulus_id=s.stimulus_id))
+        self._refresh_held(now)
+        return out + self._place_waiting(s.stimulus_id)
+
     def _provision_failed(self, s: st.ProvisionFailed, now: float) -> list[Instruction]:
         """The provider could not start it: no phantom node; the pool tier is held for the backoff
         and the work it held is placed again (the cascade spills on)."""

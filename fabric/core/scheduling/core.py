@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 
 from fabric.core.errors import CapacityError, NodeNotFoundError, RequirementError
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.placement import Decision, FleetView, NodeRecord, PlacementContext, Requirement, dry_run, place
+from fabric.core.placement import Allocation, Decision, FleetView, NodeRecord, PlacementContext, Requirement, dry_run, place
 from fabric.core.settings import FabricSettings
 from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
 
@@ -41,12 +41,16 @@ from fabric.core.scheduling.instructions import Answer, Expired, Instruction, Ma
 from fabric.core.scheduling.invariants import InvalidStateError, state_problems
 from fabric.core.scheduling.leases import LeaseBook, reserve_slots
 from fabric.core.scheduling.provisions import ProvisionBook
-from fabric.core.scheduling.ledger import AllocationLedger
+from fabric.core.scheduling.ledger import OBSERVED, AllocationLedger
 from fabric.core.scheduling.queue import DeferredQueue, QueuedRequest
 from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
 from fabric.core.scheduling.spill import spill_target
 
 Clock = Callable[[], float]
+
+OBSERVATION_VALID_S = 5.0
+"""A ``SlotsObserved`` vouches for Ray's usage this long: without fresher ones, an expired lease's
+slots are simply given back (nothing would ever see its calls end)."""
 
 STIMULUS_LOG_SIZE = 512
 """Stimuli kept in the core's log (``stimulus_log``), newest last."""
@@ -71,6 +75,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         self.leases = LeaseBook(self.settings.health.monitor_interval_s)
         self.drains = DrainBook()
         self.provisions = ProvisionBook()
+        self._observed_until = float("-inf")
+        """Until when the last ``SlotsObserved`` stands (expired leases' slots are kept as observed then)."""
         self._outsiders: dict[str, ComputeTier] = {}
         self.counters = {
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
@@ -91,6 +97,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             st.Cancelled: self._cancelled, st.Cordoned: self._cordoned, st.Uncordoned: self._uncordoned,
             st.DrainRequested: self._drain_requested, st.Tick: self._tick,
             st.ProvisionStarted: self._provision_started, st.ProvisionFailed: self._provision_failed,
+            st.ProvisionRequested: self._provision_requested, st.SlotsObserved: self._slots_observed,
         }
 
     # -- the one way in -----------------------------------------------------------------------------
@@ -336,6 +343,26 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         self.counters["fallbacks"] += s.fallbacks
         return []
 
+    def _slots_observed(self, s: st.SlotsObserved, now: float) -> list[Instruction]:
+        """Ray's view of slots in use: each node carries an ``OBSERVED`` reservation for every slot in
+        use beyond what the core tracks there, so untracked calls are not double-booked; when they end,
+        the reservations go and the queue moves."""
+        self._observed_until = now + OBSERVATION_VALID_S
+        freed = False
+        for rec in self.fleet.records():
+            if rec.launching:
+                continue
+            mine = self.ledger.owned_on(rec.node_id, OBSERVED)
+            want = max(0, s.used.get(rec.node_id, 0) - (self.ledger.running_on(rec.node_id) - len(mine)))
+            for aid in mine[want:]:
+                self._release_one(aid)
+                freed = True
+            for _ in range(want - len(mine)):
+                a = Allocation(node_id=rec.node_id, cpus=0.0, memory_mib=0.0)
+                self.fleet.reserve(a)
+                self.ledger.track(a, OBSERVED, held=True)
+        return self._place_waiting(s.stimulus_id) if freed else []
+
     def _slots_released(self, s: st.SlotsReleased, now: float) -> list[Instruction]:
         """Work ended: give its reservations back, then let drains and the queue move on."""
         return self._release(s.allocation_ids, s.stimulus_id, now)
@@ -390,8 +417,9 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             self.counters["queue_expired"] += 1
             out.append(Expired(q.request_id, self._timeout_error(q, now), stimulus_id=sid))
         expired = self.leases.expired(now)
+        observing = now < self._observed_until
         for lid in expired:
-            self._drop_lease(lid)
+            self._drop_lease(lid, keep_as_observed=observing)
             self.counters["leases_expired"] += 1
         out.extend(self._advance_drains(now, sid))
         abandoned, moved = self._expire_provisions(now, sid) if len(self.provisions) or self.fleet.provision_held else ([], False)
@@ -509,13 +537,20 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
                 out.extend(self._place_waiting(sid))
         return out
 
-    def _drop_lease(self, lease_id: str) -> bool:
+    def _drop_lease(self, lease_id: str, *, keep_as_observed: bool = False) -> bool:
+        """Give a lease's reservations back. ``keep_as_observed`` (a lease that expired while Ray's
+        usage is being observed): its calls may still run, so its slots stay reserved as ``OBSERVED``
+        until ``SlotsObserved`` sees them end."""
         lease = self.leases.pop(lease_id)
         if lease is None:
             return False
         for aid in lease.allocation_ids:
             e = self.ledger.pop(aid)
-            if e is not None:
+            if e is None:
+                continue
+            if keep_as_observed:
+                self.ledger.track(e.allocation, OBSERVED, held=True)
+            else:
                 self.fleet.release(e.allocation)
         return True
 

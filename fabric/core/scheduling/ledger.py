@@ -16,6 +16,8 @@ from fabric.core.placement import Allocation, FleetView
 
 TASK = "task"
 """The owner of an allocation the scheduler placed for one call (``NodeAssignment.allocation_id``)."""
+OBSERVED = "observed"
+"""The owner of a slot Ray says is in use that nothing the core tracks accounts for (``SlotsObserved``)."""
 
 
 @dataclass(slots=True)
@@ -99,6 +101,10 @@ class AllocationLedger:
                 self._cap.pop(e.allocation.node_id, None)
         return e
 
+    def owned_on(self, node_id: str, owner: str) -> list[int]:
+        """Allocation ids ``owner`` holds on the node."""
+        return [aid for aid in self._by_node.get(node_id, ()) if self._entries[aid].owner == owner]
+
     def drop_node(self, node_id: str) -> int:
         """Forget every allocation on a node that left; returns how many there were."""
         ids = self._by_node.pop(node_id, set())
@@ -118,7 +124,7 @@ class AllocationLedger:
                 out.append(f"ledger: allocation {a.allocation_id} filed under {aid}")
             if a.node_id not in fleet:
                 out.append(f"ledger: allocation {aid} is on {a.node_id}, which is not in the fleet")
-            if e.owner != TASK and e.owner not in leases:
+            if e.owner not in (TASK, OBSERVED) and e.owner not in leases:
                 out.append(f"ledger: allocation {aid} belongs to lease {e.owner!r}, which the lease book does not hold")
             if aid not in self._by_node.get(a.node_id, ()):
                 out.append(f"ledger: allocation {aid} is missing from its node's index ({a.node_id})")

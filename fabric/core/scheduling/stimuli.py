@@ -181,6 +181,15 @@ class DrainRequested(Stimulus):
     grace_s: float | None = None
 
 
+@dataclass(frozen=True)
+class SlotsObserved(Stimulus):
+    """Ray's count of ``fabric.slots`` in use per node (every fabric call holds one while it runs):
+    calls the core no longer tracks (a lease that expired while its calls ran, spilled calls) still
+    occupy their nodes."""
+
+    used: Mapping[str, int]
+
+
 # -- provisions (the provider's answers) ----------------------------------------------------------
 @dataclass(frozen=True)
 class ProvisionStarted(Stimulus):
@@ -189,6 +198,18 @@ class ProvisionStarted(Stimulus):
     provision_id: str
     instance_id: str
     provider: str = ""
+
+
+@dataclass(frozen=True)
+class ProvisionRequested(Stimulus):
+    """Open ``count`` provisions in ``pool`` / ``pool_tier`` of ``shape`` (the burst scaler's
+    worker group): prospective nodes the queue may wait on, each a ``ProvisionNode``."""
+
+    pool: str
+    pool_tier: str
+    shape: Any
+    count: int = 1
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -214,7 +235,7 @@ _KINDS: dict[type, str] = {
     LeaseEnded: "lease-ended", CallsReported: "calls-reported", SlotsReleased: "slots-released",
     PlacementUnclaimed: "placement-unclaimed", Cancelled: "cancelled", Cordoned: "cordoned",
     Uncordoned: "uncordoned", DrainRequested: "drain-requested", Tick: "tick",
-    ProvisionStarted: "provision-started", ProvisionFailed: "provision-failed",
+    SlotsObserved: "slots-observed", ProvisionStarted: "provision-started", ProvisionFailed: "provision-failed", ProvisionRequested: "provision-requested",
 }
 
 STIMULI: tuple[type[Stimulus], ...] = tuple(_KINDS)

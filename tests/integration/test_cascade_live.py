@@ -1,0 +1,102 @@
+"""The cascade acts on a real local fabric (issue 15): a pool ``fixed -> elastic(local, max_nodes
+2) -> elastic(local)``; a burst fills the fixed tier, provisions two nodes in the second pool tier
+(real ``ray start --block`` children of the scheduler), then spills to the third; each provisioned
+node registers in its pool tier and serves the calls that waited for it (2 slots a node: 8 calls);
+once the pool is idle for the scaling window, the provisioned nodes are scaled down and the fleet
+is the fixed pool tier again.
+
+The head listens on 127.0.0.2 (the local provider's children join a loopback head: see
+``LocalFabric``). Five raylets at most: head, one fixed node, three provisioned. Calls hold their
+slots until the test opens a gate file, so the burst's shape does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fabric import adaptive  # noqa: E402
+from fabric.testing import LocalFabric  # noqa: E402
+
+pytestmark = pytest.mark.integration
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+IP = "127.0.0.2"
+SHAPE = {"name": "cpu-box", "profile": "cpu-only-box", "tier": "cpu_ffmpeg", "num_cpus": 2}
+SETTINGS = {
+    "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
+               "join_timeout_s": 90.0},
+    "queue_timeout_s": 240.0,
+    # the burst rule stays out of it (the cascade provisions on demand); idle scale-down after 3 s
+    "scaling": {"burst_queue_depth": 1000, "low_window_s": 3.0, "high_window_s": 3600.0},
+    "pools": [{"name": "default", "tiers": [
+        {"name": "onprem"},
+        {"name": "burst", "scale_out": "elastic", "provider": "local", "max_nodes": 2, "provision_timeout_s": 180,
+         "candidate_shapes": [SHAPE]},
+        {"name": "overflow", "scale_out": "elastic", "provider": "local", "provision_timeout_s": 180,
+         "candidate_shapes": [SHAPE]},
+    ]}],
+}
+
+
+@pytest.fixture(scope="module")
+def lf(tmp_path_factory):
+    with LocalFabric(["cpu-only-box"], settings=SETTINGS, max_slots=2, timeout_s=90, node_ip_address=IP) as fabric_:
+        yield fabric_
+
+
+def held(gate: str, i: int) -> str:
+    """One call: holds its slot until the gate file exists; answers the node it ran on."""
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    return ray.get_runtime_context().get_node_id()
+
+
+def test_a_burst_fills_the_fixed_tier_then_provisions_up_to_max_nodes_then_spills_on(lf, tmp_path):
+    gate = str(tmp_path / "gate")
+    call = adaptive.remote(min_tier="cpu_ffmpeg", fallback=False, num_cpus=1)(held)
+    refs = [call.remote(gate, i) for i in range(8)]
+    h = lf.handle
+
+    def provisioned():
+        rows = [n for n in h.nodes(["active"]) if n.pool_tier in ("burst", "overflow")]
+        return rows if len(rows) == 3 else None
+
+    rows = lf.wait_until(provisioned, "three provisioned nodes registered", timeout_s=240)
+    by_tier = collections.Counter(n.pool_tier for n in rows)
+    assert by_tier == {"burst": 2, "overflow": 1}, [e.get("error") for e in h.provisions()["log"] if "fail" in e["kind"]]  # max_nodes 2 in the second pool tier, the rest spilled on
+    assert all(n.instance_id and n.provider == "local" and n.capabilities.tier.value == "cpu_ffmpeg" for n in rows)
+    view = lf.wait_until(lambda: (v := h.provisions()) and len(v["serving_s"]) == 3 and not v["pending"] and v,
+                         "the scheduler's view of the three registrations", timeout_s=60)
+    assert [i["pool_tier"] for i in view["instances"]].count("burst") == 2
+    assert all(s > 0 for s in view["serving_s"].values()), [e.get("error") for e in view["log"] if "fail" in e["kind"]]
+    from fabric.runtime.control import running_calls
+
+    lf.wait_until(lambda: sum(running_calls().values()) == 8, "all eight calls running", timeout_s=60)
+    open(gate, "w").close()
+    ran = ray.get(refs, timeout=120)
+    tiers = {n.node_id: n.pool_tier or "onprem" for n in h.nodes()}  # no label: the pool's fixed tier
+    assert collections.Counter(tiers.get(node) for node in ran) == {"onprem": 2, "burst": 4, "overflow": 2}
+    events = [e["kind"] for e in h.job_events(kinds=["provision_requested", "node_provisioned"])]
+    assert events.count("provision_requested") == 3 and events.count("node_provisioned") == 3
+    m = h.metrics()
+    assert m["provisions_requested"] == 3 and m["provisions_registered"] == 3 and m["provisions_failed"] == 0
+
+
+def test_an_idle_pool_scales_back_to_its_fixed_tier(lf):
+    h = lf.handle
+
+    def back_to_fixed():
+        active = [n for n in h.nodes(["active"])]
+        return active if {n.pool_tier or "onprem" for n in active} == {"onprem"} and not h.provisions()["instances"] else None
+
+    lf.wait_until(back_to_fixed, "the provisioned nodes scaled down", timeout_s=120)
+    downs = [e["data"] for e in h.job_events(kinds=["scale_down"])]
+    assert sorted(d["pool_tier"] for d in downs) == ["burst", "burst", "overflow"]
+    assert all(d["reason"] == "low_utilization" for d in downs)
