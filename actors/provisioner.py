@@ -134,6 +134,18 @@ class Provisioner:
         else:
             self._joined_early[instance_id] = time.monotonic()
 
+    def claim(self, node_id: str, labels: Mapping[str, str]) -> str | None:
+        """The instance a registering node of a provider that cannot label it with our instance id
+        (``ray-autoscaler``) fulfils: the provider binds it and answers the id (None: not one of its own)."""
+        p = (self._providers or {}).get("ray-autoscaler")
+        claim = getattr(p, "claim", None)
+        if claim is None:
+            return None
+        try:
+            return claim(node_id, labels)
+        except Exception:
+            return None
+
     def knows(self, provider: str | None, instance_id: str) -> bool:
         """Whether ``provider`` (already built) made ``instance_id`` and holds it still."""
         p = (self._providers or {}).get(provider or "")

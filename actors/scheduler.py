@@ -116,6 +116,7 @@ class Scheduler:
         for change in changes:
             stimulus = stimulus_for(change)
             if isinstance(stimulus, NodeJoined):
+                stimulus = self._claimed(stimulus)
                 self.provisioner.registered(stimulus.record.instance_id)
                 tags = {**self.spare_tags.get(stimulus.record.node_id, {}), **self.raised.get(stimulus.record.node_id, {})}
                 if tags:  # a node that comes back keeps the tags written for it
@@ -319,6 +320,16 @@ class Scheduler:
     def job_events(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
         since = msg.read_count("since", since, 2**63 - 1)
         return self._runner().events_since(since, list(kinds) if kinds else None)
+
+    def _claimed(self, s: NodeJoined) -> NodeJoined:
+        """A node the autoscaler brought up carries no instance label: its provider says which
+        provision it fulfils, and the record carries that instance id from then on."""
+        rec = s.record
+        if rec.provider != "ray-autoscaler" or rec.instance_id:
+            return s
+        row = getattr(getattr(self.feed, "adapter", None), "alive_node", lambda _n: None)(rec.node_id)
+        iid = self.provisioner.claim(rec.node_id, dict(getattr(row, "labels", None) or {}))
+        return NodeJoined(rec.evolve(instance_id=iid), s.cause, stimulus_id=s.stimulus_id) if iid else s
 
     def _observe_slots(self) -> None:
         """Tell the core what Ray counts in use per node (``SlotsObserved``), when the feed's Ray seam can."""

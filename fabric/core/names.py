@@ -73,6 +73,8 @@ HOT_SPARES_KEY = "fabric.hot_spares"
 """The live hot-spare list (``h.update_hot_spares``); absent: the settings' ``hot_spares``."""
 
 # -- environment variables ------------------------------------------------------------------------------------
+RAY_EXECUTABLE_ENV = "FABRIC_RAY_EXECUTABLE"
+"""The ``ray`` command the ``local`` provider runs (default: next to this Python, else on PATH)."""
 RECORDING_ENV = "FABRIC_RECORDING"
 """A raylet started with it (``fabric join --recording DIR``, ``LocalFabric``) probes that recording."""
 ARTIFACT_CACHE_ENV = "FABRIC_ARTIFACT_CACHE"

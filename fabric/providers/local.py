@@ -48,12 +48,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fabric.core.capabilities import Limitations, NodeCapabilities, label_value
 from fabric.core.names import (
-    INSTANCE_LABEL, LABEL_PREFIX, PROFILE_LABEL, PROVIDER_LABEL, RECORDING_ENV, SHAPE_LABEL, SPARE_LABEL,
+    INSTANCE_LABEL, LABEL_PREFIX, PROFILE_LABEL, PROVIDER_LABEL, RAY_EXECUTABLE_ENV, RECORDING_ENV, SHAPE_LABEL, SPARE_LABEL,
 )
 from fabric.core.settings import NodeShape
 from fabric.providers.base import NO_TAGS, ProviderError, ProvisionedNode
 
-__all__ = ["LocalProvider", "sweep", "PID_SUFFIX", "NodeArgs", "node_args", "ray_start_args", "profile_for", "tag_labels", "find_ray",
+__all__ = ["LocalProvider", "sweep", "PID_SUFFIX", "profile_problems", "NodeArgs", "node_args", "ray_start_args", "profile_for", "tag_labels", "find_ray",
            "INSTANCE_LABEL", "SPARE_LABEL", "PROVIDER_LABEL", "SHAPE_LABEL"]
 
 # Labels of provisioned nodes: fabric.core.names (re-exported here, where they are written).
@@ -205,6 +205,36 @@ def profile_for(shape: NodeShape, provider: str = "local") -> str:
     return profile
 
 
+def profile_problems(settings: Any, entries: Any = None) -> builtins.list[Any]:
+    """``SettingsProblem``s for shapes the ``local`` provider could not start: a candidate shape of a
+    ``local`` pool tier naming a profile that is not bundled (``pools.i.tiers.j.candidate_shapes.k.profile``),
+    and a hot-spare entry (of ``entries``, default the settings' own) whose shape is such a shape
+    (``hot_spares.k.shape``)."""
+    from fabric.core.errors import SettingsProblem
+    from probes.profiles import profiles
+
+    known = set(profiles())
+    out: builtins.list[Any] = []
+    bad: dict[tuple[str, str], str] = {}
+    for i, pool in enumerate(settings.pools):
+        for j, tier in enumerate(pool.tiers):
+            if tier.provider != "local":
+                continue
+            for k, shape in enumerate(tier.candidate_shapes):
+                profile = shape.profile or shape.name
+                if profile not in known:
+                    bad[(pool.name, shape.name)] = profile
+                    out.append(SettingsProblem("unknown_profile", f"pools.{i}.tiers.{j}.candidate_shapes.{k}.profile",
+                                               f"shape {shape.name!r} names profile {profile!r}, which is not bundled; "
+                                               f"profiles: {', '.join(sorted(known))}"))
+    for k, entry in enumerate(settings.hot_spares if entries is None else entries):
+        pool, shape = (entry.get("pool"), entry.get("shape")) if isinstance(entry, Mapping) else (entry.pool, entry.shape)
+        if shape is not None and (pool, shape) in bad:
+            out.append(SettingsProblem("unknown_profile", f"hot_spares.{k}.shape",
+                                       f"shape {shape!r} names profile {bad[(pool, shape)]!r}, which is not bundled"))
+    return out
+
+
 def find_ray(explicit: str | None = None) -> str | None:
     """The ``ray`` executable: ``explicit``, else the one next to this Python, else on PATH."""
     if explicit:
@@ -331,7 +361,7 @@ class LocalProvider:
     ``node_ip_address``: every child's ``--node-ip-address`` (default: ``address``'s host when it
     is a loopback address, else Ray's choice). ``max_slots``: cap each node's slots (and CPUs).
     ``env``: extra environment for the children (over this process's, less the loopback switch).
-    ``ray``: the ``ray`` executable (default: next to this Python, else on PATH). ``log_dir``:
+    ``ray``: the ``ray`` executable (default: ``$FABRIC_RAY_EXECUTABLE``, else next to this Python, else on PATH). ``log_dir``:
     where each child's output goes (``<instance id>.log``; default: a temporary folder removed by
     ``close``). ``start_timeout_s``: how long ``provision`` waits for ``ray start`` to report its
     node started; ``stop_grace_s``: how long ``terminate`` waits after SIGTERM before SIGKILL.
@@ -355,7 +385,7 @@ class LocalProvider:
         self.node_ip_address = node_ip_address or _loopback_host(address)
         self.max_slots = max_slots
         self.env = dict(env or {})
-        self.ray = ray
+        self.ray = ray if ray is not None else (os.environ.get(RAY_EXECUTABLE_ENV) or None)
         self.start_timeout_s = start_timeout_s
         self.stop_grace_s = stop_grace_s
         self._clock = clock

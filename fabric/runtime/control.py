@@ -50,6 +50,11 @@ def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True,
     driver.init()
     explicit = settings is not None
     settings = FabricSettings.load(settings)
+    from fabric.providers.local import profile_problems
+
+    problems = profile_problems(settings)
+    if problems:  # a shape the local provider could not start: refused before anything runs
+        raise SettingsError(problems)
     from actors.health import HealthMonitorActor
     from actors.registry import RegistryActor
 

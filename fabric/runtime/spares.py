@@ -37,6 +37,28 @@ def live_list(driver: Any, registry: Any, settings: FabricSettings, timeout_s: f
     return live_entries(settings, driver.get(registry.get_state.remote(HOT_SPARES_KEY), timeout_s))
 
 
+def checked_entries(entries: Any, settings: FabricSettings) -> tuple[Any, ...]:
+    """``entries`` as a valid hot-spare list for ``settings``: ``SettingsError`` with every problem
+    (the list's own, and shapes whose profile the local provider could not start)."""
+    from fabric.core.errors import SettingsError
+    from fabric.providers.local import profile_problems
+
+    problems = []
+    parsed: tuple[Any, ...] = ()
+    try:
+        parsed = parse_hot_spares(entries, settings)
+    except SettingsError as exc:
+        problems += list(exc.problems)
+    raw = entries if isinstance(entries, (list, tuple)) else []
+    try:
+        problems += [p for p in profile_problems(settings, raw) if p.path.startswith("hot_spares.")]
+    except Exception:  # entries too malformed to read: their structural problems are reported
+        pass
+    if problems:
+        raise SettingsError(problems)
+    return parsed
+
+
 class SparesSurface:
     """Mixed into ``FabricHandle``."""
 
@@ -64,7 +86,7 @@ class SparesSurface:
         """Replace the live hot-spare list without a restart; what changed, per pool."""
         driver = sessions.driver()
         settings = self._settings()
-        new = parse_hot_spares(entries, settings)  # SettingsError: every problem, nothing changed
+        new = checked_entries(entries, settings)  # SettingsError: every problem, nothing changed
         registry = self._actor(REGISTRY)
         old = live_list(driver, registry, settings, self.timeout_s)
         diff = diff_hot_spares(old, new)
@@ -102,4 +124,4 @@ class SparesSurface:
         return self._get(self._actor(SCHEDULER).provisions.remote())
 
 
-__all__ = ["SparesSurface", "live_list", "start_reconcilers"]
+__all__ = ["SparesSurface", "checked_entries", "live_list", "start_reconcilers"]

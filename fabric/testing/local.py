@@ -14,6 +14,7 @@ clusters on the machine are left alone.
 from __future__ import annotations
 
 import atexit
+import os
 import tempfile
 import threading
 import time
@@ -99,7 +100,8 @@ class LocalFabric:
 
     def __init__(self, nodes: Sequence[str] = (), *, settings: FabricSettings | dict | None = None, max_slots: int | None = None,
                  head_cpus: float = 1, fabric: bool = True, scheduler: bool = True, dashboard: bool = False,
-                 system_config: dict | None = None, timeout_s: float = 60.0, node_ip_address: str | None = None) -> None:
+                 system_config: dict | None = None, timeout_s: float = 60.0, node_ip_address: str | None = None,
+                 head_env: dict[str, str] | None = None) -> None:
         import ray
         from ray.cluster_utils import Cluster
 
@@ -109,10 +111,13 @@ class LocalFabric:
         # close, so tests and demos neither share nor leave behind a store while the default path
         # logic still runs. settings.store.path keeps one across clusters (a head restart test).
         self._store_dir: tempfile.TemporaryDirectory | None = None
-        head_env: dict[str, str] = {}
+        env: dict[str, str] = {}
         if self.settings.store.path is None:
             self._store_dir = tempfile.TemporaryDirectory(prefix="fabric-store-")
-            head_env["XDG_DATA_HOME"] = self._store_dir.name
+            env["XDG_DATA_HOME"] = self._store_dir.name
+            # the head's actors and the nodes its providers start keep their artifact caches there too
+            env["XDG_CACHE_HOME"] = os.path.join(self._store_dir.name, "cache")
+        env.update(head_env or {})
         self.max_slots = max_slots
         self.timeout_s = timeout_s
         self.handle: Any = None
@@ -132,7 +137,7 @@ class LocalFabric:
             dash = {"dashboard_host": "127.0.0.1", "dashboard_port": _free_port(),
                     "dashboard_agent_listen_port": _free_port()} if dashboard else {}
             self.cluster = Cluster(initialize_head=True, head_node_args=dict(
-                num_cpus=head_cpus, include_dashboard=dashboard, **dash, **({"env_vars": head_env} if head_env else {}),
+                num_cpus=head_cpus, include_dashboard=dashboard, **dash, **({"env_vars": env} if env else {}),
                 **({"node_ip_address": node_ip_address} if node_ip_address else {}),
                 _system_config={**FAST_HEALTH_CHECKS, **(system_config or {})},
             ))

@@ -207,22 +207,6 @@ def test_a_worker_group_opens_prospective_nodes_the_queue_waits_on(core):
     assert len(core.provisions) == before + 2
 
 
-def test_slots_ray_counts_in_use_beyond_what_the_core_tracks_are_held_until_they_end(core):
-    from fabric.core.scheduling import SlotsObserved
-
-    # a lease that expired while its two calls still run: the core no longer tracks them
-    core.handle(SlotsObserved({"fixed-1": 2}))
-    core.validate_state()
-    out = core.handle(s := PlaceRequested(CPU, request_id="q", queue=True))
-    assert reply(out, s.stimulus_id).status == "deferred"  # not double-booked onto the busy node
-    assert core.node("fixed-1").running == 2
-    core.handle(SlotsObserved({"fixed-1": 2}))  # unchanged: nothing added twice
-    assert core.node("fixed-1").running == 2
-    out = core.handle(SlotsObserved({"fixed-1": 0}))  # they ended
-    core.validate_state()
-    assert [p.assignment.node_id for p in out if isinstance(p, Placed)] == ["fixed-1"]
-
-
 def test_a_lease_that_expires_while_ray_is_observed_keeps_its_slots_until_its_calls_end(core, clock):
     from fabric.core.scheduling import SlotsObserved
 
@@ -239,3 +223,16 @@ def test_a_lease_that_expires_while_ray_is_observed_keeps_its_slots_until_its_ca
     out = core.handle(SlotsObserved({"fixed-1": 1}))  # one ended
     core.validate_state()
     assert [p.assignment.node_id for p in out if isinstance(p, Placed)] == ["fixed-1"]
+    core.handle(SlotsObserved({"fixed-1": 5}))  # observations only ever free: spilled calls are Ray's to queue
+    assert core.node("fixed-1").running == 2
+
+
+def test_a_lease_that_expires_after_its_calls_ended_frees_its_slots_at_once(core, clock):
+    from fabric.core.scheduling import SlotsObserved
+
+    core.handle(LeaseRequested("lease-1", CPU, want=2))
+    core.handle(SlotsObserved({"fixed-1": 0}))  # its calls are done
+    clock.t += 3.0
+    core.handle(Tick())
+    core.validate_state()
+    assert core.node("fixed-1").running == 0

@@ -76,6 +76,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         self.drains = DrainBook()
         self.provisions = ProvisionBook()
         self._observed_until = float("-inf")
+        self._last_used: dict[str, int] = {}
+        """The last ``SlotsObserved``: ``fabric.slots`` in use per node, as Ray counted them."""
         """Until when the last ``SlotsObserved`` stands (expired leases' slots are kept as observed then)."""
         self._outsiders: dict[str, ComputeTier] = {}
         self.counters = {
@@ -344,24 +346,24 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         return []
 
     def _slots_observed(self, s: st.SlotsObserved, now: float) -> list[Instruction]:
-        """Ray's view of slots in use: each node carries an ``OBSERVED`` reservation for every slot in
-        use beyond what the core tracks there, so untracked calls are not double-booked; when they end,
-        the reservations go and the queue moves."""
+        """Ray's view of slots in use. A lease that expired while its calls ran left its slots as
+        ``OBSERVED`` reservations (``_drop_lease``): those Ray no longer counts go, and the queue moves.
+        (Calls spilled by label were never reserved and are not: Ray queues them on its own.)"""
         self._observed_until = now + OBSERVATION_VALID_S
+        self._last_used = dict(s.used)
+        return self._trim_observed(s.stimulus_id)
+
+    def _trim_observed(self, sid: str) -> list[Instruction]:
         freed = False
         for rec in self.fleet.records():
-            if rec.launching:
-                continue
             mine = self.ledger.owned_on(rec.node_id, OBSERVED)
-            want = max(0, s.used.get(rec.node_id, 0) - (self.ledger.running_on(rec.node_id) - len(mine)))
+            if not mine:
+                continue
+            want = max(0, self._last_used.get(rec.node_id, 0) - (self.ledger.running_on(rec.node_id) - len(mine)))
             for aid in mine[want:]:
                 self._release_one(aid)
                 freed = True
-            for _ in range(want - len(mine)):
-                a = Allocation(node_id=rec.node_id, cpus=0.0, memory_mib=0.0)
-                self.fleet.reserve(a)
-                self.ledger.track(a, OBSERVED, held=True)
-        return self._place_waiting(s.stimulus_id) if freed else []
+        return self._place_waiting(sid) if freed else []
 
     def _slots_released(self, s: st.SlotsReleased, now: float) -> list[Instruction]:
         """Work ended: give its reservations back, then let drains and the queue move on."""
@@ -421,6 +423,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         for lid in expired:
             self._drop_lease(lid, keep_as_observed=observing)
             self.counters["leases_expired"] += 1
+        if expired and observing:  # what Ray last counted in use stays; the rest is free now
+            out.extend(self._trim_observed(sid))
         out.extend(self._advance_drains(now, sid))
         abandoned, moved = self._expire_provisions(now, sid) if len(self.provisions) or self.fleet.provision_held else ([], False)
         out.extend(abandoned)

@@ -184,8 +184,7 @@ class DrainRequested(Stimulus):
 @dataclass(frozen=True)
 class SlotsObserved(Stimulus):
     """Ray's count of ``fabric.slots`` in use per node (every fabric call holds one while it runs):
-    calls the core no longer tracks (a lease that expired while its calls ran, spilled calls) still
-    occupy their nodes."""
+    the slots of a lease that expired while its calls ran stay reserved until Ray counts them free."""
 
     used: Mapping[str, int]
 

@@ -1,0 +1,100 @@
+"""``fabric pools``: the pools as the scheduler sees them (also the second half of ``fabric status``).
+
+For each pool, its pool tiers in cost order (scale-out, provider, nodes up / launching / max,
+held after a failed provision), its hot spares (target / live, pending, warm for what, backing
+off) and the prospective nodes (provisions in flight: shape, age, time left before abandoned).
+``--json`` prints the same as one object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("pools", help="pools, pool tiers, hot spares and prospective nodes, as the scheduler sees them")
+    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    p.add_argument("--json", action="store_true", help="one JSON object: pools, spares, prospective")
+    p.set_defaults(func=run_pools)
+
+
+def pools_view(settings: Any, nodes: Sequence[Any], provisions: dict, spares: Sequence[dict]) -> dict:
+    """What ``fabric pools`` prints, as plain data (``nodes``: the scheduler's records, prospective ones included)."""
+    held = {(h["pool"], h["pool_tier"]): h["until_s"] for h in provisions.get("held", ())}
+    by_pool = {s["pool"]: s for s in spares}
+    pools = []
+    for pool in settings.pools:
+        fixed = next((t.name for t in pool.tiers if t.scale_out == "fixed"), pool.tiers[0].name)
+        tiers = []
+        for t in pool.tiers:
+            mine = [n for n in nodes if (n.pool or settings.default_pool.name) == pool.name and (n.pool_tier or fixed) == t.name
+                    and str(getattr(n.status, "value", n.status)) != "dead"]
+            tiers.append({"pool_tier": t.name, "scale_out": t.scale_out, "provider": t.provider, "launch_mode": t.launch_mode,
+                          "nodes": sum(1 for n in mine if not n.launching), "launching": sum(1 for n in mine if n.launching),
+                          "max_nodes": t.max_nodes, "spares": sum(1 for n in mine if n.spare and not n.launching),
+                          "held_s": held.get((pool.name, t.name))})
+        s = by_pool.get(pool.name)
+        pools.append({"pool": pool.name, "tiers": tiers, "spares": None if s is None else {
+            "target": s["target"], "live": len(s["live"]), "pending": len(s["pending"]), "consumed": len(s["consumed"]),
+            "warm_for": list(s["warm_for"]), "reserved_for": list(s["reserved_for"]), "exclusive": s["exclusive"],
+            "backing_off": s["backing_off"]}})
+    return {"pools": pools, "prospective": list(provisions.get("pending", ())), "instances": list(provisions.get("instances", ()))}
+
+
+def format_pools(view: dict) -> str:
+    """The view as lines that fit 80 columns."""
+    lines: list[str] = []
+    for pool in view["pools"]:
+        lines.append(f"pool {pool['pool']}")
+        lines.append(f"  {'POOL TIER':<14} {'SCALE':<8} {'PROVIDER':<15} {'NODES':>5} {'LAUNCH':>6} {'MAX':>4} {'SPARES':>6}  NOTE")
+        for t in pool["tiers"]:
+            note = f"held {t['held_s']:.0f}s (failed provision)" if t["held_s"] else ("spot" if t["launch_mode"] == "spot" else "")
+            cap = "-" if t["max_nodes"] is None else str(t["max_nodes"])
+            lines.append(f"  {t['pool_tier'][:14]:<14} {t['scale_out']:<8} {t['provider'][:15]:<15} {t['nodes']:>5} "
+                         f"{t['launching']:>6} {cap:>4} {t['spares']:>6}  {note}".rstrip())
+        s = pool["spares"]
+        if s is not None:
+            warm = ", ".join(s["warm_for"]) or "-"
+            extra = " (backing off)" if s["backing_off"] else ""
+            lines.append(f"  hot spares: {s['live']}/{s['target']} live, {s['pending']} pending, warm for {warm}{extra}")
+    if view["prospective"]:
+        lines.append("prospective nodes (provisioning)")
+        for p in view["prospective"]:
+            where = f"{p['pool']}/{p['pool_tier']}"
+            lines.append(f"  {p['provision_id']:<6} {where[:28]:<28} {p['shape'][:16]:<16} {p['age_s']:>6.1f}s old, "
+                         f"{p['timeout_in_s']:.0f}s left")
+    return "\n".join(lines)
+
+
+def fetch_view(handle: Any) -> dict:
+    """The view from a running fabric (``FabricHandle``)."""
+    from fabric.core.names import SCHEDULER
+
+    settings = handle._settings()
+    nodes = handle._get(handle._actor(SCHEDULER).nodes.remote())
+    return pools_view(settings, nodes, handle.provisions(), handle.spares())
+
+
+def run_pools(args: argparse.Namespace) -> int:
+    from fabric.cli.connect import connect
+    from fabric.runtime.control import FabricHandle
+
+    ray = connect(args.address, "pools")
+    if ray is None:
+        return 2
+    try:
+        try:
+            view = fetch_view(FabricHandle())
+        except RuntimeError as exc:
+            print(f"fabric pools: {exc}", file=sys.stderr)
+            return 1
+        print(json.dumps(view, indent=2, default=str) if args.json else format_pools(view))
+        return 0
+    finally:
+        ray.shutdown()
+
+
+__all__ = ["add_parser", "fetch_view", "format_pools", "pools_view", "run_pools"]

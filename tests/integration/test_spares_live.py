@@ -1,0 +1,131 @@
+"""Hot spares on a real local fabric (issue 15): one ``SpareReconcilerActor`` for the pool, started
+by ``fabric.up``; target 2 -> two spare nodes appear (real ``ray start`` children of the
+scheduler), each fetches its ``warm_for`` template's artifact (an ``images_prefetched`` event);
+a ``prefer_spare`` job whose node dies recovers onto a spare, which stops being one, and a
+replacement spare appears; lowering the target reaps one; a bad live list is refused whole.
+
+Five raylets at most: head, one fixed node, two spares and the replacement. Tests run in order.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fabric import adaptive  # noqa: E402
+from fabric.core.errors import SettingsError  # noqa: E402
+from fabric.testing import LocalFabric  # noqa: E402
+
+pytestmark = pytest.mark.integration
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+IP = "127.0.0.2"
+SHAPE = {"name": "cpu-box", "profile": "cpu-only-box", "tier": "cpu_ffmpeg", "num_cpus": 2}
+
+
+def settings_for(artifact: str) -> dict:
+    return {
+        "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
+                   "join_timeout_s": 90.0, "flap_toggles": 50},
+        "failure": {"min_recovery_interval_s": 0.5},
+        "scaling": {"enabled": False},
+        "templates": {"encoder": {"artifacts": [artifact]}},
+        "pools": [{"name": "default", "tiers": [
+            {"name": "onprem"},
+            {"name": "spares", "scale_out": "elastic", "provider": "local", "max_nodes": 3, "provision_timeout_s": 180,
+             "candidate_shapes": [SHAPE]},
+        ]}],
+        "hot_spares": [{"pool": "default", "target_count": 2, "warm_for": ["encoder"], "provision_backoff_s": 5}],
+    }
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    path = tmp_path_factory.mktemp("artifacts") / "encoder-model.bin"
+    path.write_bytes(b"weights" * 1000)
+    return f"file://{path}"
+
+
+@pytest.fixture(scope="module")
+def lf(artifact):
+    with LocalFabric(["cpu-only-box"], settings=settings_for(artifact), max_slots=2, timeout_s=90,
+                     node_ip_address=IP) as fabric_:
+        yield fabric_
+
+
+@adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60,
+                 on_runtime_failure="prefer_spare", template="encoder")
+class Encoder:
+    def where(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def pool_spares(lf) -> dict:
+    (pool,) = lf.handle.spares()
+    return pool
+
+
+def test_two_spares_appear_and_fetch_their_templates_artifacts(lf, artifact):
+    pool = lf.wait_until(lambda: (p := pool_spares(lf)) and len(p["live"]) == 2 and p, "two live spares", timeout_s=180)
+    assert pool["target"] == 2 and pool["warm_for"] == ["encoder"]
+    for node in pool["live"]:
+        spec = lf.wait_until(lambda: (s := lf.handle.spare_spec(node)) and artifact in s.warm and s,
+                             f"spare {node[:12]} warm", timeout_s=60)
+        assert spec.spare and spec.unconsumed and spec.warm_for == ("encoder",)
+    fetched = [e["data"] for e in lf.handle.job_events(kinds=["images_prefetched"])]
+    assert {d["node_id"] for d in fetched} == set(pool["live"])
+    assert all(r["ok"] and r["uri"] == artifact for d in fetched for r in d["results"])
+    assert [e["data"]["target"] for e in lf.handle.job_events(kinds=["spare_underflow"])][:1] == [2]
+
+
+def test_a_prefer_spare_job_recovers_onto_a_spare_and_a_replacement_appears(lf):
+    h = lf.handle
+    spares = set(pool_spares(lf)["live"])
+    job = Encoder.remote()
+    first = job.result(job.wait_running(90).where.remote(), timeout_s=60)
+    assert first not in spares  # at launch a job avoids spares (seed 000: on_launch avoid_spare)
+    victim = next(n for n in lf.nodes if n.node_id == first)
+    lf.kill_node(victim.name)
+    lf.wait_until(lambda: (st := h.job(job.job_id)).binding is not None and st.binding.node_id in spares
+                  and st.state.value == "running", "the job recovered onto a spare", timeout_s=120)
+    second = job.result(job.wait_running(90).where.remote(), timeout_s=60)
+    assert second in spares
+    assert not h.spare_spec(second).spare  # a spare that took a job is an ordinary node from then on
+
+    def replaced():
+        live = set(pool_spares(lf)["live"])
+        return live if len(live) == 2 and second not in live and live - spares else None
+
+    live = lf.wait_until(replaced, "a replacement spare", timeout_s=180)
+    assert len(live - spares) == 1
+    tags = [e["data"] for e in h.job_events(kinds=["spare_tagged"]) if e["data"]["node_id"] == second]
+    assert [t["reason"] for t in tags] == ["consumed"]
+    job.stop()
+
+
+def test_lowering_the_target_reaps_one_and_returns_the_diff(lf):
+    h = lf.handle
+    before = {i["instance_id"] for i in h.provisions()["instances"]}
+    diff = h.update_hot_spares([{"pool": "default", "target_count": 1, "warm_for": ["encoder"], "provision_backoff_s": 5}])
+    assert diff == {"default": {"change": "changed", "fields": {"target_count": {"old": 2, "new": 1}}}}
+    lf.wait_until(lambda: len(pool_spares(lf)["live"]) == 1, "one live spare", timeout_s=60)
+    reaped = lf.wait_until(lambda: h.job_events(kinds=["spare_reaped"]), "a spare_reaped event", timeout_s=60)
+    assert reaped[-1]["data"]["reason"] == "over_target"
+    lf.wait_until(lambda: len({i["instance_id"] for i in h.provisions()["instances"]}) == len(before) - 1,
+                  "the reaped node terminated", timeout_s=90)
+    assert h.hot_spares()[0]["target_count"] == 1
+
+
+def test_a_bad_live_list_is_refused_whole_and_changes_nothing(lf):
+    h = lf.handle
+    before = h.hot_spares()
+    bad = [{"pool": "nowhere", "target_count": 1}, {"pool": "default", "target_count": 1},
+           {"pool": "default", "target_count": 2, "shape": "no-such-shape"}]
+    with pytest.raises(SettingsError) as err:
+        h.update_hot_spares(bad)
+    paths = {p.path for p in err.value.problems}
+    assert {"hot_spares.0.pool", "hot_spares.2.shape"} <= paths and any(p.code.startswith("duplicate") for p in err.value.problems)
+    assert h.hot_spares() == before
