@@ -134,11 +134,13 @@ class SpareReconciler:
         try:
             node = await sched.provision_node.remote(provider, d.shape.model_dump(mode="json"), d.pool, d.pool_tier, True)
         except Exception as exc:
+            cause = getattr(exc, "cause", None) or exc  # the provider's own error, not Ray's wrapper
             self.state.provision_failed(d.provision_id, time.monotonic(), backoff)
-            self._error(f"provision {d.provision_id} failed: {exc}")
+            self._error(f"provision {d.provision_id} failed: {type(cause).__name__}: {cause}")
             await sched.record_event.remote("spare_provision_failed", {
                 "pool": d.pool, "pool_tier": d.pool_tier, "shape": d.shape.name, "provision_id": d.provision_id,
-                "error": str(exc)[:500], "backoff_s": backoff})
+                "error": f"{type(cause).__name__}: {cause}"[:800], "reason": getattr(cause, "reason", None),
+                "backoff_s": backoff})
             return
         if self.state.provision_started(d.provision_id, time.monotonic()):
             self.instances[node["instance_id"]] = (d.provision_id, provider)

@@ -57,7 +57,8 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument("ray_args", nargs=argparse.REMAINDER, metavar="-- RAY_START_ARGS",
                        help="extra arguments for ray start after --, e.g. -- --block")
         p.set_defaults(func=run_start, command_name=command)
-    s = subparsers.add_parser("status", help="print the fleet the fabric knows: name, tier, GPUs, status, running/max, utilisation, last seen")
+    s = subparsers.add_parser("status", help="print the fleet the fabric knows: name, tier, GPUs, status, running/max, utilisation, "
+                                             "last seen; then its pools, pool tiers, hot spares and prospective nodes")
     s.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
     s.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
     s.set_defaults(func=run_status)
@@ -250,6 +251,17 @@ def _status_table(shown: Sequence[str], body: Sequence[tuple[str, ...]]) -> Any:
     return table
 
 
+def _pools_text() -> str:
+    """The pools as the scheduler sees them (``fabric pools``), or nothing when no scheduler runs."""
+    from fabric.cli.pools_cmd import fetch_view, format_pools
+    from fabric.runtime.control import FabricHandle
+
+    try:
+        return format_pools(fetch_view(FabricHandle()))
+    except Exception:  # a fleet-only fabric (no scheduler): the node table is all there is
+        return ""
+
+
 def run_status(args: argparse.Namespace) -> int:
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle
@@ -266,6 +278,11 @@ def run_status(args: argparse.Namespace) -> int:
         now = time.time()
         rows = status_rows(records, now)
         print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now))
+        if not args.json:
+            pools = _pools_text()
+            if pools:
+                print()
+                print(pools)
         return 0
     finally:
         ray.shutdown()

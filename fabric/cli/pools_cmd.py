@@ -49,12 +49,12 @@ def format_pools(view: dict) -> str:
     lines: list[str] = []
     for pool in view["pools"]:
         lines.append(f"pool {pool['pool']}")
-        lines.append(f"  {'POOL TIER':<14} {'SCALE':<8} {'PROVIDER':<15} {'NODES':>5} {'LAUNCH':>6} {'MAX':>4} {'SPARES':>6}  NOTE")
+        lines.append(f"  {'POOL TIER':<12} {'SCALE':<7} {'PROVIDER':<14} {'UP':>3} {'LAUNCH':>6} {'MAX':>4} {'SPARE':>5} NOTE")
         for t in pool["tiers"]:
-            note = f"held {t['held_s']:.0f}s (failed provision)" if t["held_s"] else ("spot" if t["launch_mode"] == "spot" else "")
+            note = f"held {t['held_s']:.0f}s (failed)" if t["held_s"] else ("spot" if t["launch_mode"] == "spot" else "")
             cap = "-" if t["max_nodes"] is None else str(t["max_nodes"])
-            lines.append(f"  {t['pool_tier'][:14]:<14} {t['scale_out']:<8} {t['provider'][:15]:<15} {t['nodes']:>5} "
-                         f"{t['launching']:>6} {cap:>4} {t['spares']:>6}  {note}".rstrip())
+            lines.append(f"  {t['pool_tier'][:12]:<12} {t['scale_out']:<7} {t['provider'][:14]:<14} {t['nodes']:>3} "
+                         f"{t['launching']:>6} {cap:>4} {t['spares']:>5} {note}".rstrip())
         s = pool["spares"]
         if s is not None:
             warm = ", ".join(s["warm_for"]) or "-"
@@ -64,7 +64,7 @@ def format_pools(view: dict) -> str:
         lines.append("prospective nodes (provisioning)")
         for p in view["prospective"]:
             where = f"{p['pool']}/{p['pool_tier']}"
-            lines.append(f"  {p['provision_id']:<6} {where[:28]:<28} {p['shape'][:16]:<16} {p['age_s']:>6.1f}s old, "
+            lines.append(f"  {p['provision_id']:<6} {where[:26]:<26} {p['shape'][:14]:<14} {p['age_s']:>6.1f}s old, "
                          f"{p['timeout_in_s']:.0f}s left")
     return "\n".join(lines)
 

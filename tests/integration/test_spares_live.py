@@ -129,3 +129,24 @@ def test_a_bad_live_list_is_refused_whole_and_changes_nothing(lf):
     paths = {p.path for p in err.value.problems}
     assert {"hot_spares.0.pool", "hot_spares.2.shape"} <= paths and any(p.code.startswith("duplicate") for p in err.value.problems)
     assert h.hot_spares() == before
+
+
+def test_fabric_status_and_pools_show_pool_tiers_spares_and_prospective_nodes(lf):
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "RAY_ADDRESS": lf.address}
+    out = subprocess.run([sys.executable, "-m", "fabric", "pools", "--address", lf.address, "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    view = json.loads(out.stdout)
+    (pool,) = view["pools"]
+    tiers = {t["pool_tier"]: t for t in pool["tiers"]}
+    assert tiers["spares"]["provider"] == "local" and tiers["spares"]["max_nodes"] == 3 and tiers["spares"]["spares"] == 1
+    assert pool["spares"]["target"] == 1 and pool["spares"]["live"] == 1 and pool["spares"]["warm_for"] == ["encoder"]
+    text = subprocess.run([sys.executable, "-m", "fabric", "status", "--address", lf.address], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert "pool default" in text.stdout and "hot spares: 1/1 live" in text.stdout and "warm for encoder" in text.stdout
+    assert max(len(line) for line in text.stdout.splitlines()) <= 100
