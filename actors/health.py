@@ -75,6 +75,8 @@ class HealthMonitor:
         self.last_error: str | None = None
         self._ready = asyncio.Event()
         self._restored = asyncio.Event()
+        self.released: set[str] = set()
+        """Nodes given back to their provider: their probes left and are not started again."""
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -210,6 +212,8 @@ class HealthMonitor:
         h = self.settings.health
         quiet = set(self.probes.quiet({n: node.last_beat for n, node in tracked.items()}, 2 * h.heartbeat_interval_s + h.monitor_interval_s))
         for node_id in tracked:
+            if node_id in self.released:
+                continue
             present = node_id not in quiet or self.adapter.get_actor(probe_actor_name(node_id)) is not None
             if self.probes.observe(node_id, present):
                 self._ensure_probes([tracked[node_id]], rows)
@@ -219,7 +223,7 @@ class HealthMonitor:
         h = self.settings.health
         for node in nodes:
             row = rows.get(node.node_id)
-            if row is None or not row.alive:
+            if row is None or not row.alive or node.node_id in self.released:
                 continue
             try:
                 self.adapter.ensure_probe(self.probe_actor, row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s)
@@ -240,6 +244,15 @@ class HealthMonitor:
                 getattr(handle, method).remote(event)  # fire and forget: a slow subscriber never stalls health
 
     # -- the surface ---------------------------------------------------------------------------------
+    async def release_node(self, node_id: str) -> bool:
+        """A node given back to its provider (``ray-autoscaler``): Ray's autoscaler counts a node
+        with a running actor as busy, so its probe leaves and is not started again; the node then
+        goes quiet (offline) and Ray gives it back once idle. True when there was a probe to stop."""
+        self.released.add(node_id)
+        had = self.adapter.get_actor(probe_actor_name(node_id)) is not None
+        self.adapter.kill_actor(probe_actor_name(node_id))
+        return had
+
     async def ready(self) -> bool:
         """True once the policy is restored and one tick has run."""
         await self._ready.wait()
@@ -307,6 +320,9 @@ class HealthMonitorActor:
 
     async def held_until(self, name: str) -> float | None:
         return await self.monitor.held_until(name)
+
+    async def release_node(self, node_id: str) -> bool:
+        return await self.monitor.release_node(node_id)
 
     async def status(self) -> dict[str, Any]:
         return await self.monitor.status()

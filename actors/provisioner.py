@@ -82,7 +82,7 @@ class Provisioner:
         if isinstance(ins, ProvisionNode):
             asyncio.get_event_loop().create_task(self._provision(ins))
         elif isinstance(ins, TerminateNode):
-            asyncio.get_event_loop().create_task(self._terminate(ins.provider, ins.instance_id, ins.reason))
+            asyncio.get_event_loop().create_task(self._terminate(ins.provider, ins.instance_id, ins.reason, ins.node_id))
 
     async def _provision(self, ins: ProvisionNode) -> None:
         t0 = time.monotonic()
@@ -114,16 +114,24 @@ class Provisioner:
                    instance_id=node.instance_id, spare=spare, start_s=round(time.monotonic() - t0, 3))
         return node
 
-    async def _terminate(self, provider: str, instance_id: str, reason: str) -> None:
+    async def _terminate(self, provider: str, instance_id: str, reason: str, node_id: str | None = None) -> None:
         try:
-            await self.terminate(provider, instance_id, reason)
+            await self.terminate(provider, instance_id, reason, node_id)
         except Exception as exc:
             self._note("terminate_failed", provider=provider, instance_id=instance_id, error=f"{type(exc).__name__}: {exc}")
 
-    async def terminate(self, provider: str, instance_id: str, reason: str = "") -> None:
+    async def terminate(self, provider: str, instance_id: str, reason: str = "", node_id: str | None = None) -> None:
+        """Have ``provider`` give the node back. A ``ray-autoscaler`` node (``node_id``) also loses the
+        fabric's probe actor: Ray's autoscaler gives back only a node without running actors."""
         p = self.provider(provider)
         self._note("node_terminated", provider=provider, instance_id=instance_id, reason=reason)
         await asyncio.get_event_loop().run_in_executor(self._pool, p.terminate, instance_id)
+        if provider == "ray-autoscaler" and node_id:
+            from fabric.core.names import HEALTH
+
+            health = self.scheduler.feed.adapter.get_actor(HEALTH) if hasattr(self.scheduler.feed, "adapter") else None
+            if health is not None:
+                await health.release_node.remote(node_id)
 
     def registered(self, instance_id: str | None) -> None:
         """A provisioned node registered: how long it took from the provision."""

@@ -369,7 +369,7 @@ class Scheduler:
                 if rec is None or not rec.instance_id or not self.provisioner.knows(rec.provider, rec.instance_id):
                     continue  # not a node this fabric's providers made (and still hold): never terminated
                 self._handle(Cordoned(a.node_id))  # nothing new lands there while it goes
-                self.provisioner.carry_out(TerminateNode(rec.provider, rec.instance_id, reason=f"scaling: {a.reason}"))
+                self.provisioner.carry_out(TerminateNode(rec.provider, rec.instance_id, a.node_id, reason=f"scaling: {a.reason}"))
                 self.record_event("scale_down", {"node_id": a.node_id, "pool": a.pool, "pool_tier": a.pool_tier,
                                                  "instance_id": rec.instance_id, "reason": a.reason})
 
@@ -384,8 +384,9 @@ class Scheduler:
         return {"instance_id": node.instance_id, "provider": node.provider, "pool": node.pool, "pool_tier": node.pool_tier,
                 "shape": node.shape.name, "spare": node.spare, "name": node.name}
 
-    async def terminate_node(self, provider: str, instance_id: str, reason: str = "") -> None:
-        await self.provisioner.terminate(msg.read_id("provider", provider), msg.read_id("instance_id", instance_id), str(reason))
+    async def terminate_node(self, provider: str, instance_id: str, reason: str = "", node_id: str | None = None) -> None:
+        await self.provisioner.terminate(msg.read_id("provider", provider), msg.read_id("instance_id", instance_id), str(reason),
+                                         None if node_id is None else msg.read_id("node_id", node_id))
 
     def set_spare_tags(self, node_id: str, spare: bool, reserved_for: list[str] = (), exclusive: bool = False,
                        reason: str = "") -> bool:

@@ -152,7 +152,7 @@ class SpareReconciler:
             rec = by_id.get(d.node_id)
             if rec is None or not rec.instance_id or not rec.provider:
                 return
-            await sched.terminate_node.remote(rec.provider, rec.instance_id, f"spare {d.reason}")
+            await sched.terminate_node.remote(rec.provider, rec.instance_id, f"spare {d.reason}", d.node_id)
             await sched.record_event.remote("spare_reaped", {"pool": self.pool, "node_id": d.node_id, "reason": d.reason})
             return
         iid = next((i for i, (p, _) in self.instances.items() if p == d.provision_id), None)

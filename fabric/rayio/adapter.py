@@ -57,6 +57,12 @@ class RayAdapter:
         except ValueError:
             return None
 
+    def kill_actor(self, name: str) -> None:
+        """End the named actor for good (not restarted); no such actor is a no-op."""
+        handle = self.get_actor(name)
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+
     async def wait_for_actor(self, name: str, interval_s: float = 0.2) -> Any:
         """The named actor, once it exists (it may still be starting or restarting)."""
         while True:

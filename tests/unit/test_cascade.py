@@ -236,3 +236,14 @@ def test_a_lease_that_expires_after_its_calls_ended_frees_its_slots_at_once(core
     core.handle(Tick())
     core.validate_state()
     assert core.node("fixed-1").running == 0
+
+
+def test_hard_work_no_node_serves_waits_for_a_node_the_cascade_may_provision(clock):
+    c = SchedulerCore(cascade_settings(), clock=clock)  # no node at all yet
+    (grant,) = c.handle(LeaseRequested("l", CPU, want=2))
+    assert isinstance(grant, Answer) and not grant.value.slots  # not refused: the queued path provisions
+    out = c.handle(s := PlaceRequested(CPU, request_id="q", queue=True))
+    assert reply(out, s.stimulus_id).status == "deferred" and [i.pool_tier for i in out if isinstance(i, ProvisionNode)] == ["burst"]
+    held_all = FabricSettings.load({"pools": [{"name": "default", "tiers": [{"name": "onprem"}]}]})
+    with pytest.raises(Exception, match="no node serves"):
+        reply(SchedulerCore(held_all, clock=clock).handle(s := PlaceRequested(CPU)), s.stimulus_id)

@@ -253,3 +253,22 @@ def test_the_fake_seam_has_every_method_of_the_real_one():
     real = {n for n in dir(RayAdapter) if not n.startswith("_") and callable(getattr(RayAdapter, n))}
     missing = sorted(n for n in real if not callable(getattr(FakeRayAdapter, n, None)))
     assert not missing, f"RayAdapter grew {missing}: give fabric/testing/fake_ray.py's FakeRayAdapter them too"
+
+
+def test_a_released_node_loses_its_probe_for_good():
+    f = make([fabric_node("n1")])
+    name = probe_actor_name("n1")
+
+    async def scenario():
+        reg = await f.monitor.start()
+        reg = await f.monitor.step(reg)
+        assert f.adapter.get_actor(name) is not None
+        assert await f.monitor.release_node("n1") is True  # given back to its provider (ray-autoscaler)
+        assert f.adapter.get_actor(name) is None
+        for _ in range(5):  # quiet and missing: never started again (Ray must see the node idle)
+            f.clock.advance(QUIET_AFTER_S)
+            reg = await f.monitor.step(reg)
+        assert f.adapter.get_actor(name) is None and len(f.adapter.probe_starts) == 1
+        assert await f.monitor.release_node("n1") is False
+
+    run(scenario())

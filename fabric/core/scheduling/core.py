@@ -286,7 +286,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         if d.status == "placed" and not prospective:
             self._commit(d)
             return out + [Answer(self._assignment(d, req), stimulus_id=sid)]
-        if not prospective and req.hard and not self.any_node_serves(req.min_tier, req.pool):
+        if not prospective and req.hard and not self.any_node_serves(req.min_tier, req.pool) and not self.could_provision(req):
             self.counters["placements_failed"] += 1
             return out + [Refused(hard_fail(req), stimulus_id=sid)]
         self.counters["placements_deferred"] += 1
@@ -325,7 +325,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             return refused
         out = self._end_leases([idle for idle in s.release if idle != s.lease_id], sid)
         grant = self._grant(s.lease_id, req, s.holding, s.want, now)
-        if not grant.slots and grant.spill is None and req.hard and not self.any_node_serves(req.min_tier, req.pool):
+        if (not grant.slots and grant.spill is None and req.hard and not self.any_node_serves(req.min_tier, req.pool)
+                and not self.could_provision(req)):  # a node the cascade may provision is worth the wait
             self._drop_lease(s.lease_id)
             self.counters["placements_failed"] += 1
             return out + [Refused(hard_fail(req), stimulus_id=sid)]

@@ -98,6 +98,8 @@ class TerminateNode:
 
     provider: str
     instance_id: str
+    node_id: str | None = None
+    """The Ray node it registered as, when it did (a ``ray-autoscaler`` node's probe leaves it then)."""
     reason: str = field(default="", compare=False, kw_only=True)
     stimulus_id: str = field(default="", compare=False, kw_only=True)
 
