@@ -151,6 +151,9 @@ class JobRunner(BundleOps):
         s = PlaceRequested(ins.requirement, ctx)
         try:
             out = self.scheduler.core.handle(s)
+            carry_out = getattr(self.scheduler, "_carry_out", None)
+            if carry_out is not None:  # a provision the placement opened, queued calls it placed...
+                carry_out(out)
             a = reply(out, s.stimulus_id)
         except Exception as exc:  # a requirement the settings refuse, a hard one nobody serves
             self.counters["placements_failed"] += 1
@@ -371,6 +374,20 @@ class JobRunner(BundleOps):
     def node_lost(self, node_id: str) -> None:
         self._apply(self.book.node_lost(node_id, self.clock()))
         self._soon()
+
+    def waiting_by_pool(self, default_pool: str) -> dict[str, int]:
+        """Jobs waiting to be placed (pending or recovering, not dormant), per pool."""
+        out: dict[str, int] = {}
+        for rec in self.book.jobs.values():
+            if rec.state in (JobState.PENDING, JobState.RECOVERING) and not rec.dormant:
+                pool = rec.spec.requirement.pool or default_pool
+                out[pool] = out.get(pool, 0) + 1
+        return out
+
+    def node_joined(self) -> None:
+        """New capacity: jobs waiting for a node are placed right after this step."""
+        if self.book.capacity_joined(self.clock()):
+            self._soon()
 
     # -- requests -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,

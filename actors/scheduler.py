@@ -128,6 +128,8 @@ class Scheduler:
                 self._carry_out(self.core.handle(stimulus))
             if change.kind == "lost" and self.jobs is not None:
                 self.jobs.node_lost(change.node_id)
+            elif change.kind == "joined" and self.jobs is not None:
+                self.jobs.node_joined()
         if changes:
             self._export_gauges()
         self._ready.set()
@@ -354,6 +356,9 @@ class Scheduler:
         for q in self.core.queue:
             pool = q.requirement.pool or default
             depth[pool] = depth.get(pool, 0) + 1
+        if self.jobs is not None:  # jobs waiting for a node are demand too: never scale down under them
+            for pool, n in self.jobs.waiting_by_pool(default).items():
+                depth[pool] = depth.get(pool, 0) + n
         now = self.core.clock()
         for a in self.scaler.observe(now, self.core.fleet.records(), depth, self.core.provisions.by_tier(), self.settings):
             if isinstance(a, RaiseConcurrency) and a.node_id in self.core.fleet:

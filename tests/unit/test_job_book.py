@@ -425,3 +425,15 @@ def test_adding_a_job_id_twice_does_not_forget_the_running_one():
         b.add("j1", spec("other"), 1.0)
     assert err.value.field == "job_id"
     assert b.job("j1").binding == Binding("n1", "k1", 5)
+
+
+def test_a_job_waiting_for_a_node_is_tried_again_as_soon_as_one_joins():
+    b = Checked()
+    b.add("j1", spec(), 0.0)
+    (p,) = b.due(0.0, WHERE)
+    b.unplaced("j1", "no capacity: waiting for cpu-box (provisioning)", 0.0)
+    assert b.due(0.5, WHERE) == []  # not before RETRY_S ...
+    assert b.capacity_joined(0.5) == 1  # ... unless a node joins
+    (again,) = b.due(0.5, WHERE)
+    assert again.job_id == "j1"
+    assert b.capacity_joined(0.6) == 0  # nothing waits now (it is due already)

@@ -236,3 +236,46 @@ def test_a_stop_while_the_instance_is_being_created_leaves_nothing_running(tmp_p
         assert len(sched.core.ledger) == 0
 
     asyncio.run(go())
+
+
+def test_a_job_no_node_fits_has_a_node_provisioned_for_it_and_is_placed_once_it_joins(tmp_path):
+    from fabric.core.scheduling import NodeJoined
+    from fabric.providers import ProvisionedNode
+    from test_cascade import provisioned
+
+    clock, launcher = Clock(), FakeLauncher()
+    shape = {"name": "cpu-box", "profile": "cpu-only-box", "tier": "cpu_ffmpeg", "num_cpus": 2}
+    settings = {"pools": [{"name": "default", "tiers": [
+        {"name": "onprem"}, {"name": "burst", "scale_out": "elastic", "provider": "local", "candidate_shapes": [shape]}]}]}
+
+    class Provider:
+        name = "local"
+        asked: list = []
+
+        def provision(self, shape, *, pool, pool_tier, spare=False, tags=None):
+            self.asked.append((pool, pool_tier, shape.name))
+            return ProvisionedNode("local-1", "local", pool, pool_tier, shape, spare, 0.0, "local-1")
+
+        def list(self):
+            return []
+
+    async def go():
+        feed = FakeFeed([])
+        sched = Scheduler(settings, feed=feed, metrics=RecordingMetrics(), clock=clock, run_loop=False,
+                          jobs=lambda s: JobRunner(s, JobStore(tmp_path / "jobs.db"), launcher, clock=clock),
+                          providers={"local": Provider()})
+        await sched._sync()
+        runner = sched.jobs
+        job_id = runner.submit(SPEC, b"cls", b"args")
+        runner.tick()
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert Provider.asked == [("default", "burst", "cpu-box")]  # the placement's provision was carried out
+        assert runner.book.job(job_id).state == JobState.PENDING and "provisioning" in runner.book.job(job_id).reason
+        sched._handle(NodeJoined(provisioned("n-burst", "local-1", "burst")))
+        runner.node_joined()
+        runner.tick()
+        await settle()
+        assert runner.book.job(job_id).binding.node_id == "n-burst" and launcher.started[-1].node_id == "n-burst"
+
+    asyncio.run(go())

@@ -282,6 +282,17 @@ class JobBook:
         rec.reason = f"waiting for a node: {reason}"
         return [JobEvent("placement_failed", {"job_id": job_id, "reason": reason, "bundle_id": rec.bundle_id})]
 
+    def capacity_joined(self, now: float) -> int:
+        """A node joined (a provisioned one registered, say): jobs waiting for a node are tried at
+        once rather than after ``RETRY_S``; how many. A recovery's own spacing is left alone."""
+        n = 0
+        for rec in self.jobs.values():
+            if (rec.state in (JobState.PENDING, JobState.RECOVERING) and rec.not_before > now
+                    and rec.reason.startswith("waiting for a node")):
+                rec.not_before = now
+                n += 1
+        return n
+
     def started(self, job_id: str, instance_key: str, now: float) -> list[Instruction]:
         rec = self.jobs.get(job_id)
         if rec is None or rec.binding is None or rec.binding.instance_key != instance_key or rec.state != JobState.STARTING:
