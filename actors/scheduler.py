@@ -103,6 +103,7 @@ class Scheduler:
         self._observe_slots()
         self._handle(Tick())
         self._scale()
+        self._sync_demand()
         if self.jobs is not None:
             self.jobs.tick()
 
@@ -332,6 +333,22 @@ class Scheduler:
         row = getattr(getattr(self.feed, "adapter", None), "alive_node", lambda _n: None)(rec.node_id)
         iid = self.provisioner.claim(rec.node_id, dict(getattr(row, "labels", None) or {}))
         return NodeJoined(rec.evolve(instance_id=iid), s.cause, stimulus_id=s.stimulus_id) if iid else s
+
+    def _sync_demand(self) -> None:
+        """Once a second, the autoscaler's request is written whole again: held instances plus the
+        busy ``ray-autoscaler`` nodes (the fabric is the only writer of ``request_resources``)."""
+        now = time.monotonic()
+        if now < getattr(self, "_demand_due", 0.0):
+            return
+        self._demand_due = now + 1.0
+        alive = getattr(getattr(self.feed, "adapter", None), "alive_node", None)
+        busy = []
+        for rec in self.core.fleet.records():
+            if rec.provider == "ray-autoscaler" and rec.running and alive is not None:
+                row = alive(rec.node_id)
+                if row is not None:
+                    busy.append(dict(row.labels))
+        self.provisioner.sync_demand(busy)
 
     def _observe_slots(self) -> None:
         """Tell the core what Ray counts in use per node (``SlotsObserved``), when the feed's Ray seam can."""

@@ -279,3 +279,26 @@ def test_a_job_no_node_fits_has_a_node_provisioned_for_it_and_is_placed_once_it_
         assert runner.book.job(job_id).binding.node_id == "n-burst" and launcher.started[-1].node_id == "n-burst"
 
     asyncio.run(go())
+
+
+def test_a_node_of_a_spot_pool_tier_is_interruptible_capacity(tmp_path):
+    from fabric.core.scheduling import NodeJoined
+    from test_cascade import provisioned
+
+    shape = {"name": "cpu-box", "profile": "cpu-only-box"}
+    settings = {"pools": [{"name": "default", "tiers": [
+        {"name": "onprem"},
+        {"name": "spot", "scale_out": "elastic", "provider": "local", "launch_mode": "spot", "candidate_shapes": [shape]},
+        {"name": "reserved", "scale_out": "elastic", "provider": "local", "launch_mode": "reserved", "candidate_shapes": [shape]}]}]}
+
+    async def go():
+        sched = Scheduler(settings, feed=FakeFeed([joined("n1", "cpu_ffmpeg")]), metrics=RecordingMetrics(), clock=Clock(),
+                          run_loop=False, jobs=lambda s: JobRunner(s, JobStore(tmp_path / "jobs.db"), FakeLauncher(), clock=Clock()))
+        await sched._sync()
+        sched._handle(NodeJoined(provisioned("n-spot", "local-1", "spot")))
+        sched._handle(NodeJoined(provisioned("n-res", "local-2", "reserved")))
+        # seed 000: launch_mode spot defaults reliability to interruptible (the resilience event's
+        # "primary on interruptible capacity"); a fixed or a reserved pool tier is durable
+        assert [sched.jobs._interruptible(n) for n in ("n-spot", "n-res", "n1")] == [True, False, False]
+
+    asyncio.run(go())
