@@ -57,11 +57,14 @@ class FleetSnapshot:
     Taking one is O(1): it holds the fleet's last full copy (``base``) and the journal of record
     replacements since, up to its own length; the dict is rebuilt only when read."""
 
-    __slots__ = ("settings", "_base", "_journal", "_upto", "_records")
+    __slots__ = ("settings", "_base", "_journal", "_upto", "_records", "provision_held")
 
     def __init__(self, records: "dict[str, NodeRecord] | None", settings: FabricSettings, *,
-                 base: "dict[str, NodeRecord] | None" = None, journal: "list | None" = None, upto: int = 0) -> None:
+                 base: "dict[str, NodeRecord] | None" = None, journal: "list | None" = None, upto: int = 0,
+                 provision_held: "frozenset[Segment]" = frozenset()) -> None:
         self.settings = settings
+        self.provision_held = provision_held
+        """The fleet's held pool tiers when the snapshot was taken (the trace replays with them)."""
         self._records = records
         self._base = base
         self._journal = journal
@@ -158,7 +161,8 @@ class FleetView:
         self._cow_gen = next(GENERATIONS)  # every record that exists now is shared from here on
         if self._journal is None or len(self._journal) > max(64, len(self._records) // 4):
             self._base, self._journal = dict(self._records), []
-        return FleetSnapshot(None, self.settings, base=self._base, journal=self._journal, upto=len(self._journal))
+        return FleetSnapshot(None, self.settings, base=self._base, journal=self._journal, upto=len(self._journal),
+                             provision_held=self.provision_held)
 
     def _put(self, node_id: str, rec: "NodeRecord | None") -> None:
         """Replace (or with None remove) a record, journalling it for O(1) snapshots."""

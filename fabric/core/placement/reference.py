@@ -98,7 +98,7 @@ def _shape(fleet, pt, records, pool: str, req, ctx, level):
 
 def _why_not(pt, records, pool: str, fleet=None) -> str:
     if fleet is not None and (pool, pt.name) in getattr(fleet, "provision_held", ()):
-        return "held after a failed provision (backing off)"
+        return "provisioning held (a failed provision's backoff, or as many provisions open as allowed)"
     if pt.scale_out != "elastic":
         return "fixed pool tier: cannot provision"
     if pt.max_nodes is not None and _count(records, pool, pt.name) >= pt.max_nodes:

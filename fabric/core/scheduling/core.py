@@ -420,7 +420,9 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             self.counters["queue_expired"] += 1
             out.append(Expired(q.request_id, self._timeout_error(q, now), stimulus_id=sid))
         expired = self.leases.expired(now)
-        observing = now < self._observed_until
+        # Kept as OBSERVED only while work waits to be placed (else nothing could be double-booked
+        # onto them, and the next call should find its best node free at once).
+        observing = now < self._observed_until and len(self.queue) > 0
         for lid in expired:
             self._drop_lease(lid, keep_as_observed=observing)
             self.counters["leases_expired"] += 1
