@@ -290,3 +290,14 @@ def test_bundle_status():
     with pytest.raises(ValidationError) as err:
         BundleStatus(bundle_id="b", state="live", replicas=3)
     assert ("replicas",) in field_of(err.value)
+
+
+def test_a_co_location_group_inherits_its_members_separations():
+    # b co-locates with a; c keeps away from a. When a and b are both re-placed after their node
+    # died and b goes first, b must already keep off c's node: a could never join it there.
+    b = bundle(jobs=[BundleJob(name="a"), BundleJob(name="b", co_locate_with=["a"]), BundleJob(name="c", separate_from=["a"])])
+    ctx = b.context(0, "b", peers=[("c", "n2")])
+    assert ctx.separate_from == () and ctx.group_separate_from == ("c",) and ctx.separate_nodes == {"n2"}
+    # and c, placed again while b alone runs, keeps off b's node (a will join b there)
+    assert b.context(0, "c", peers=[("b", "n1")]).separate_nodes == {"n1"}
+    assert b.context(0, "a").group_separate_from == ()  # a's own rule is in separate_from

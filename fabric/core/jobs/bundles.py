@@ -327,6 +327,18 @@ class Bundle(_Model):
         out.discard(name)
         return frozenset(out)
 
+    def group_separations(self, name: str) -> frozenset[str]:
+        """Jobs ``name`` must keep away from because its co-location group must: every separation of
+        a member of ``name``'s group, widened to the separated jobs' own groups, less the job's own
+        ``separated_from`` (reported there) and its group."""
+        mine = {name} | self.co_located_with(name)
+        out: set[str] = set()
+        for m in mine:
+            for o in self.separated_from(m):
+                out.add(o)
+                out.update(self.co_located_with(o))
+        return frozenset(out - mine - self.separated_from(name))
+
     # -- expansion and placement context ---------------------------------------------------------
     def expand(self, defaults_for: Callable[[Any], JobSpec | None] = _no_defaults, *,
                settings: FabricSettings | None = None) -> list[ReplicaJob]:
@@ -387,6 +399,7 @@ class Bundle(_Model):
             same_node=flags[0], same_az=flags[1], same_cloud=flags[2],
             co_locate_with=tuple(sorted(self.co_located_with(job))),
             separate_from=tuple(sorted(self.separated_from(job))),
+            group_separate_from=tuple(sorted(self.group_separations(job))),
             same_node_default=self.same_node_default, intra_zone=self.intra_zone,
             peers=tuple(self._peer(p) for p in peers),
             target_node=target_node, exclude_nodes=frozenset(exclude_nodes),

@@ -62,6 +62,10 @@ class PlacementContext:
     """Hard: run on the node of each of these peers that is placed."""
     separate_from: tuple[str, ...] = ()
     """Hard: never on the node of any of these peers."""
+    group_separate_from: tuple[str, ...] = ()
+    """Hard, inherited: peers kept apart from another job of this job's co-location group (or from
+    this job, through theirs). The group shares one node, so the first of it placed again after a
+    failure must already keep off their nodes, or the rest of the group could never follow."""
     same_node_default: bool = False
     """Hard: a job that declares neither rule co-locates with every rule-less placed peer."""
     intra_zone: str = "soft"
@@ -138,7 +142,7 @@ class PlacementContext:
     @property
     def separate_nodes(self) -> frozenset[str]:
         """Nodes this job must not run on."""
-        avoid = set(self.separate_from)
+        avoid = set(self.separate_from) | set(self.group_separate_from)
         return frozenset(p.node_id for p in self.peers if p.job in avoid)
 
     @property
