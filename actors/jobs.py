@@ -28,6 +28,7 @@ from typing import Any, Callable
 from ray import cloudpickle
 
 from actors.bundle_ops import BundleOps
+from actors.migrations import MigrationRunner
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
 from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
 from fabric.core.jobs.book import (
@@ -70,6 +71,9 @@ class JobRunner(BundleOps):
         self.counters: collections.Counter = collections.Counter()
         self._gpus: dict[str, float] = {}
         """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
+        self.moves = MigrationRunner(self)
+        self.preempting: set[str] = set()
+        """Nodes under a provider's reclaim notice: what dies with them is not counted."""
         self._load()
 
     # -- the store ------------------------------------------------------------------------------------
@@ -275,6 +279,11 @@ class JobRunner(BundleOps):
 
     def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
         self.handles.pop(key, None)
+        if self.moves.source_died(job_id, key):  # stopped on purpose, or a migration owns its end
+            return
+        rec = self.book.jobs.get(job_id)
+        if rec is not None and rec.binding is not None and rec.binding.node_id in self.preempting:
+            preempted = True
         self._apply(self.book.died(job_id, key, self.clock(), reason=reason, preempted=preempted, invalid_spec=invalid))
         self._soon()
 
@@ -335,6 +344,7 @@ class JobRunner(BundleOps):
         """Called every scheduler tick (after the fleet sync): resume once, then place what is due."""
         if not self.resumed:
             self.resume()
+        self.moves.tick()
         self._apply(self.book.due(self.clock(), self._where))
         self.reap_deleted()
 
@@ -342,7 +352,7 @@ class JobRunner(BundleOps):
         """After a restart: watch live instances again, recover the ones that died meanwhile."""
         self.resumed = True
         now = self.clock()
-        out: list[Instruction] = []
+        out: list[Instruction] = list(self.moves.resume())
         for rec in self.book.bound():
             b = rec.binding
             assert b is not None
@@ -372,7 +382,9 @@ class JobRunner(BundleOps):
         self.book.dirty.add(rec.job_id)
 
     def node_lost(self, node_id: str) -> None:
-        self._apply(self.book.node_lost(node_id, self.clock()))
+        owned = self.moves.node_lost(node_id)
+        self._apply(self.book.node_lost(node_id, self.clock(), skip=owned, preempted=node_id in self.preempting))
+        self.preempting.discard(node_id)
         self._soon()
 
     def waiting_by_pool(self, default_pool: str) -> dict[str, int]:
@@ -438,7 +450,7 @@ class JobRunner(BundleOps):
         if rec is None:
             raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
         b = rec.binding
-        running = rec.state == JobState.RUNNING and b is not None
+        running = rec.state in (JobState.RUNNING, JobState.MIGRATING) and b is not None  # the source serves until done
         return {"state": rec.state.value, "terminal": rec.terminal, "reason": rec.reason,
                 "actor": job_actor_name(job_id, b.instance_key) if running and b else None,
                 "instance_key": b.instance_key if b else None, "node_id": b.node_id if b else None,

@@ -25,6 +25,7 @@ import ray
 
 from actors.fleet_feed import FleetFeed
 from actors.jobs import JobRunner
+from actors.moves import SchedulerMoves
 from actors.provisioner import Provisioner
 from fabric.core.errors import CapacityError, MessageError
 from fabric.core.placement import PlacementContext, Requirement
@@ -53,7 +54,7 @@ def stimulus_for(change: Any) -> Stimulus | None:
     return None
 
 
-class Scheduler:
+class Scheduler(SchedulerMoves):
     """The scheduler's actor logic: stimuli in, ``core.handle``, instructions out.
 
     ``feed`` (default: a ``FleetFeed``) reports fleet changes and writes cordons and drains to the

@@ -28,6 +28,7 @@ from fabric.core.errors import (
     JobNotFoundError,
     JobUnavailableError,
     MessageError,
+    MigrationError,
     NodeNotFoundError,
     ProbeError,
     RegistrationError,
@@ -69,6 +70,14 @@ _LAZY: dict[str, str] = {
     "BundleStatus": "fabric.core.jobs.bundles",
     "ValidationReport": "fabric.core.jobs.validation",
     "Admission": "fabric.core.jobs.validation",
+    "MigrationStrategy": "fabric.core.jobs.migration",
+    "MigrationPhase": "fabric.core.jobs.migration",
+    "MigrationState": "fabric.core.jobs.migration",
+    "DrainState": "fabric.core.jobs.drains",
+    "NodeInterruptionState": "fabric.core.jobs.drains",
+    "NodeDrainPhase": "fabric.core.jobs.drains",
+    "JobDrainStatus": "fabric.core.jobs.drains",
+    "instance_info": "fabric.rayio.instances",
 }
 
 
@@ -82,7 +91,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CapacityError", "ComputeTier", "FabricError", "InvalidSpecError", "JobNotFoundError", "JobUnavailableError", "MessageError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
+    "CapacityError", "ComputeTier", "FabricError", "InvalidSpecError", "JobNotFoundError", "JobUnavailableError", "MessageError", "MigrationError", "FabricSettings", "FfmpegInfo", "FramebufferInfo",
     "GpuInfo", "GpuVendor", "Limitations", "NodeCapabilities", "NodeNotFoundError", "ProbeError",
     "RegistrationError", "RequirementError", "SchedulerUnavailableError", "SettingsConflictError", "SettingsError", "SettingsProblem", "StorageInfo",
     "StorageKind", "TailnetInfo", "TransitionError", *_LAZY,

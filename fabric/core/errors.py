@@ -247,3 +247,18 @@ class JobNotFoundError(FabricError, KeyError):
 
     def __reduce__(self):
         return (_rebuild_kw, (JobNotFoundError, self.message, self._data))
+
+
+class MigrationError(FabricError):
+    """A migration refused: the job cannot move now (not running, already moving, its own node as
+    the target), or an abort asked for after the point of no return."""
+
+    migration_id: str
+    job_id: str
+    phase: str
+
+    def __init__(self, message: str, *, migration_id: str = "", job_id: str = "", phase: str = "") -> None:
+        super().__init__(message, migration_id=migration_id, job_id=job_id, phase=phase)
+
+    def __reduce__(self):
+        return (_rebuild_kw, (MigrationError, self.message, self._data))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -45,6 +46,46 @@ def _is_async(cls: type) -> bool:
                for k in dir(cls) if not k.startswith("__") for v in [getattr(cls, k, None)])
 
 
+@dataclass(frozen=True)
+class InstanceInfo:
+    """What a job's instance knows of itself (``fabric.instance_info()`` inside it)."""
+
+    job_id: str = ""
+    instance_key: str = ""
+    role: str = ""
+    """The replica's slot (``primary``, ``backup``), without the instance's token."""
+    handover_target: bool = False
+    """Started as a ``handover`` migration's target: hold the output until ``__fabric_resume__``."""
+
+
+_CURRENT = InstanceInfo()
+
+
+def instance_info() -> InstanceInfo:
+    """Inside a job's instance: which instance this is (outside one: an empty ``InstanceInfo``)."""
+    return _CURRENT
+
+
+def _prepare(self: Any, cls: type, blob: bytes, info: dict | None) -> None:
+    """The actor's constructor: remember who it is; run the user's constructor now, or, for a
+    deferred start (a ``stop_then_start`` target), only when ``__fabric_begin__`` is called."""
+    global _CURRENT
+    info = dict(info or {})
+    deferred = bool(info.pop("deferred", False))
+    _CURRENT = InstanceInfo(**{k: v for k, v in info.items() if k in InstanceInfo.__dataclass_fields__})
+    self._fabric_error = None
+    self._fabric_deferred = (cls, blob) if deferred else None
+    if not deferred:
+        _start(self, cls, blob)
+
+
+def _begin(self: Any) -> Any:
+    deferred, self._fabric_deferred = self._fabric_deferred, None
+    if deferred is not None:
+        _start(self, *deferred)
+    return self._fabric_error
+
+
 def _start(self: Any, cls: type, blob: bytes) -> None:
     self._fabric_error = None
     try:
@@ -60,13 +101,17 @@ def instance_class(cls: type) -> type:
     """The actor class of ``cls``'s instances (see the module docstring)."""
     if _is_async(cls):
         class AsyncInstance(cls):  # type: ignore[valid-type, misc]
-            def __init__(self, __fabric_blob: bytes) -> None:
+            def __init__(self, __fabric_blob: bytes, __fabric_info: dict | None = None) -> None:
                 self._fabric_stop = asyncio.Event()
-                _start(self, cls, __fabric_blob)
+                _prepare(self, cls, __fabric_blob, __fabric_info)
 
             @ray.method(concurrency_group=GROUP)
             async def __fabric_started__(self) -> Any:
                 return self._fabric_error
+
+            @ray.method(concurrency_group=GROUP)
+            async def __fabric_begin__(self) -> Any:
+                return _begin(self)
 
             @ray.method(concurrency_group=GROUP)
             async def __fabric_watch__(self, timeout_s: float) -> str:
@@ -98,13 +143,17 @@ def instance_class(cls: type) -> type:
         out: type = AsyncInstance
     else:
         class Instance(cls):  # type: ignore[valid-type, misc]
-            def __init__(self, __fabric_blob: bytes) -> None:
+            def __init__(self, __fabric_blob: bytes, __fabric_info: dict | None = None) -> None:
                 self._fabric_stop = threading.Event()
-                _start(self, cls, __fabric_blob)
+                _prepare(self, cls, __fabric_blob, __fabric_info)
 
             @ray.method(concurrency_group=GROUP)
             def __fabric_started__(self) -> Any:
                 return self._fabric_error
+
+            @ray.method(concurrency_group=GROUP)
+            def __fabric_begin__(self) -> Any:
+                return _begin(self)
 
             @ray.method(concurrency_group=GROUP)
             def __fabric_watch__(self, timeout_s: float) -> str:
@@ -159,8 +208,10 @@ class InstanceLauncher:
             return False
 
     def start(self, job_id: str, instance_key: str, node_id: str, cls_blob: bytes, args_blob: bytes, req: Any,
-              gpus: float = 0.0) -> Any:
-        """Create the instance ``instance_key`` of ``job_id`` on ``node_id``; returns its handle."""
+              gpus: float = 0.0, *, deferred: bool = False, handover_target: bool = False) -> Any:
+        """Create the instance ``instance_key`` of ``job_id`` on ``node_id``; returns its handle.
+        ``deferred``: its constructor waits for ``__fabric_begin__``; ``handover_target``: it is told
+        so (``instance_info()``)."""
         opts: dict[str, Any] = {
             "name": names.job_actor_name(job_id, instance_key), "namespace": self.namespace, "lifetime": "detached",
             "max_restarts": 0, "max_task_retries": 0,
@@ -171,7 +222,9 @@ class InstanceLauncher:
             opts["memory"] = int(req.memory_mib * 1024 * 1024)
         if gpus:
             opts["num_gpus"] = gpus
-        return self.actor_class(cls_blob).options(**opts).remote(args_blob)
+        info = {"job_id": job_id, "instance_key": instance_key, "role": instance_key.split("@")[0],
+                "handover_target": handover_target, "deferred": deferred}
+        return self.actor_class(cls_blob).options(**opts).remote(args_blob, info)
 
     def find(self, job_id: str, instance_key: str) -> Any | None:
         """The live instance's handle, or None when there is none (it died, or never started)."""

@@ -349,10 +349,14 @@ class JobBook:
                 out += self.stop(jid, now, reason="bundle broken")
         return out
 
-    def node_lost(self, node_id: str, now: float, *, preempted: bool = False) -> list[Instruction]:
-        """A node left the fleet: every job bound there died with it."""
+    def node_lost(self, node_id: str, now: float, *, preempted: bool = False, skip: Iterable[str] = ()) -> list[Instruction]:
+        """A node left the fleet: every job bound there died with it (but those in ``skip``: a
+        migration past its point of no return owns their source's end)."""
         out: list[Instruction] = []
+        skip = set(skip)
         for rec in self.on_node(node_id):
+            if rec.job_id in skip:
+                continue
             assert rec.binding is not None
             out += self.died(rec.job_id, rec.binding.instance_key, now, reason=f"node {node_id[:12]} lost",
                              preempted=preempted)
@@ -371,6 +375,43 @@ class JobBook:
     def stopped(self, job_id: str, instance_key: str, now: float) -> list[Instruction]:
         """A stopped instance ended (the same as its death, for a job that is stopping)."""
         return self.died(job_id, instance_key, now, reason="stopped")
+
+    # -- moves on purpose (fabric.core.jobs.migration) -----------------------------------------------
+    def migrating(self, job_id: str, now: float, reason: str) -> list[Instruction]:
+        """A migration of the running job began: it keeps its source binding until it is done."""
+        rec = self.job(job_id)
+        if rec.state != JobState.RUNNING or rec.binding is None:
+            raise InvalidSpecError(f"job {job_id} is {rec.state.value}: only a running job moves", field="job_id")
+        return self._move(rec, JobState.MIGRATING, now, reason)
+
+    def migrated(self, job_id: str, node_id: str, instance_key: str, allocation_id: int | None, now: float,
+                 reason: str) -> list[Instruction]:
+        """The migration is done: the job's binding is the target's; the source's slot goes back.
+        The move does not count as a restart."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.state != JobState.MIGRATING or rec.binding is None:
+            return [ReleaseSlot(allocation_id)] if allocation_id is not None else []
+        old = rec.binding
+        rec.binding = Binding(node_id, instance_key, allocation_id)
+        rec.exclude, rec.recovering = frozenset(), False
+        self.dirty.add(job_id)
+        out: list[Instruction] = [ReleaseSlot(old.allocation_id)] if old.allocation_id is not None else []
+        return out + self._move(rec, JobState.RUNNING, now, f"running on {node_id[:12]} ({reason})")
+
+    def migration_rolled_back(self, job_id: str, now: float, reason: str) -> list[Instruction]:
+        """The migration aborted: the job runs on where it was."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.state != JobState.MIGRATING:
+            return []
+        return self._move(rec, JobState.RUNNING, now, f"running on {rec.binding.node_id[:12] if rec.binding else '?'} ({reason})")
+
+    def evicted(self, job_id: str, now: float, *, reason: str, preempted: bool = False) -> list[Instruction]:
+        """The job's instance is stopped on purpose (an eviction, a forced drain): it recovers by
+        its policy. ``preempted`` (a provider's reclaim) does not count against its ceiling."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.binding is None or rec.state not in LIVE_STATES:
+            return []
+        return self.died(job_id, rec.binding.instance_key, now, reason=reason, preempted=preempted)
 
     def forget(self, job_id: str) -> None:
         """Drop a terminal job from the book (a deleted bundle's)."""

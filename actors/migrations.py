@@ -1,0 +1,391 @@
+"""MigrationRunner: the migration sagas, carried out inside the scheduler (seed 000 § Migration).
+
+The decisions are ``fabric.core.jobs.migration``'s (one ``Migration`` per job); this class does
+what a saga asks, on the scheduler's event loop, through the job runner's Ray seam
+(``InstanceLauncher``): the target is placed by the scheduler's own core (the job's context, its
+source node excluded, an explicit target as a pin, spares allowed as for any later placement), its
+instance created (deferred for ``stop_then_start``, told it is a handover target for
+``handover``), watched until the saga ends, and then handed to the job runner's ordinary watch.
+The handover payload is the ObjectRef of the target's ``__fabric_ready__`` call, owned by this
+scheduler (the saga), never by the source, and passed on to the source's ``__fabric_cut__``; the
+source's answer (the position) goes on to the target's ``__fabric_resume__``.
+
+An instance the saga stops on purpose (the source at the end, a rolled-back target) is
+``ignored``: its death reaches nobody's recovery. Sagas live in memory: a scheduler that restarts
+forgets them, rolls every migrating job back to its source (``resume``) and kills the targets
+left behind, found by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from fabric.core.errors import JobNotFoundError, MigrationError
+from fabric.core.jobs import JobState
+from fabric.core.jobs.book import instance_key
+from fabric.core.jobs.migration import (
+    AskReady, BeginTarget, Complete, CreateTarget, Cut, Migration, MigrationBook, MigrationPhase, MigrationState,
+    MigrationStrategy, Orphaned, PhaseEvent, PlaceTarget, Resume, RollBack, StopSource, StopTarget,
+)
+from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
+
+HANDOVER_HOOKS = ("__fabric_ready__", "__fabric_cut__", "__fabric_resume__")
+STOP_GRACE_S = 10.0
+
+
+class MigrationRunner:
+    """The sagas of one scheduler's job runner (see the module docstring)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        settings = getattr(runner.scheduler.settings, "migration", None)
+        deadlines = {k: getattr(settings, k) for k in ("place_s", "prepare_s", "ready_s", "cut_s", "resume_s",
+                                                        "stop_source_s", "start_target_s") if hasattr(settings, k)}
+        self.book = MigrationBook(deadlines)
+        self.default_strategy = str(getattr(settings, "default_strategy", "stop_then_start"))
+        self.targets: dict[str, Any] = {}
+        """Per migration id: the target instance's handle, once created."""
+        self.refs: dict[str, Any] = {}
+        """Per migration id: the handover's payload, then position, ObjectRef."""
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.ignored: set[str] = set()
+        """Instance keys stopped on purpose: their deaths are nobody's recovery."""
+        self.last_moved: dict[str, float] = {}
+        """Per job: when its last migration completed (the rebalance cool-down)."""
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def migrate(self, job_id: str, strategy: str | None = None, target_node: str | None = None,
+                override_reservation: bool = False, reason: str = "requested") -> MigrationState:
+        """Open a saga for the running job and place its target now; ``MigrationError`` when it
+        cannot move (not running, already moving, no handover hooks, no target)."""
+        r = self.runner
+        rec = r.book.jobs.get(job_id)
+        if rec is None:
+            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+        try:
+            strat = MigrationStrategy(strategy or self.default_strategy)
+        except ValueError:
+            raise MigrationError(f"unknown strategy {strategy!r}: one of {', '.join(s.value for s in MigrationStrategy)}",
+                                 job_id=job_id) from None
+        if rec.state != JobState.RUNNING or rec.binding is None:
+            raise MigrationError(f"job {job_id} is {rec.state.value}: only a running job moves", job_id=job_id,
+                                 phase=rec.state.value)
+        if strat is MigrationStrategy.HANDOVER and not self.can_hand_over(job_id):
+            raise MigrationError(f"job {job_id}'s class has no handover hooks ({', '.join(HANDOVER_HOOKS)})", job_id=job_id)
+        if target_node is not None:
+            target_node = r.scheduler.core.resolve_node(target_node)
+        b = rec.binding
+        m, out = self.book.start(job_id, strat, b.node_id, b.instance_key, b.allocation_id, r.clock(),
+                                 uuid.uuid4().hex[:8], target_node=target_node, override_reservation=override_reservation)
+        r.carry_out(r.book.migrating(job_id, r.clock(), f"migrating ({strat.value}, {reason})"))
+        self.carry_out(m, out)
+        r.persist()
+        if m.phase is MigrationPhase.ABORTED:
+            raise MigrationError(f"job {job_id} cannot move: {m.reason}", migration_id=m.migration_id, job_id=job_id,
+                                 phase=m.phase.value)
+        return m.state()
+
+    def can_hand_over(self, job_id: str) -> bool:
+        payload = self.runner._payload(job_id)
+        if payload is None:
+            return False
+        try:
+            cls = self.runner.launcher._loaded(payload[0])[0]
+        except Exception:
+            return False
+        return all(callable(getattr(cls, h, None)) for h in HANDOVER_HOOKS)
+
+    def abort(self, migration_id: str, reason: str = "") -> MigrationState:
+        m = self.book.get(migration_id)
+        if m is None:
+            raise MigrationError(f"no migration {migration_id!r}", migration_id=migration_id)
+        self.carry_out(m, m.abort(reason, self.runner.clock()))
+        self.runner.persist()
+        return m.state()
+
+    def state(self, migration_id: str) -> MigrationState:
+        m = self.book.get(migration_id)
+        if m is None:
+            raise MigrationError(f"no migration {migration_id!r}", migration_id=migration_id)
+        return m.state()
+
+    def states(self) -> list[MigrationState]:
+        return self.book.states()
+
+    async def close(self, grace_s: float = 5.0) -> int:
+        """``fabric.down``: roll back every saga before its point of no return, mark the rest lost
+        (their targets carry the jobs), and give the stops up to ``grace_s`` to go out."""
+        active = list(self.book.active.values())
+        now = self.runner.clock()
+        for m in active:
+            self.carry_out(m, m.lose("the fabric went down", now) if m.past_point_of_no_return
+                           else m.abort("the fabric went down", now))
+        pending = [t for t in self.tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)
+        self.runner.persist()
+        return len(active)
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        now = self.runner.clock()
+        for m in self.book.due(now):
+            self.carry_out(m, m.expire(now))
+
+    def source_died(self, job_id: str, key: str) -> bool:
+        """The job's instance ``key`` died. True when a saga owns that death (past its point of no
+        return the source going is the saga's business); False when the job recovers as usual
+        (a saga before its point of no return is rolled back first)."""
+        if key in self.ignored:
+            return True
+        m = self.book.for_job(job_id)
+        if m is None or m.source_key != key:
+            return False
+        owned = m.past_point_of_no_return
+        self.carry_out(m, m.source_ended(self.runner.clock()))
+        return owned
+
+    def node_lost(self, node_id: str) -> set[str]:
+        """A node left: sagas with their target there fail, sagas with their source there learn it.
+        Returns the jobs whose loss the sagas own (the job runner does not recover them)."""
+        now = self.runner.clock()
+        owned = set()
+        for m in list(self.book.active.values()):
+            if m.target_node == node_id:
+                self.carry_out(m, m.target_failed(f"node {node_id[:12]} lost", now))
+            if m.source_node == node_id and not m.terminal:
+                if m.past_point_of_no_return:
+                    owned.add(m.job_id)
+                    self.ignored.add(m.source_key)
+                self.carry_out(m, m.source_ended(now))
+        return owned
+
+    # -- carrying out -----------------------------------------------------------------------------------
+    def carry_out(self, m: Migration, instructions: list[Any]) -> None:
+        r = self.runner
+        for ins in instructions:
+            if isinstance(ins, PhaseEvent):
+                r.emit("migration_phase", ins.state.as_dict())
+            elif isinstance(ins, PlaceTarget):
+                self.carry_out(m, self._place(m, ins))
+            elif isinstance(ins, CreateTarget):
+                self._spawn(m, self._create(m, ins))
+            elif isinstance(ins, AskReady):
+                self._spawn(m, self._ready(m))
+            elif isinstance(ins, Cut):
+                self._spawn(m, self._cut(m))
+            elif isinstance(ins, Resume):
+                self._spawn(m, self._resume(m))
+            elif isinstance(ins, StopSource):
+                self.ignored.add(ins.instance_key)
+                self._spawn(m, self._stop_source(m, ins), key=f"{m.migration_id}:stop")
+            elif isinstance(ins, BeginTarget):
+                self._spawn(m, self._begin(m))
+            elif isinstance(ins, StopTarget):
+                self._stop_target(m, ins)
+            elif isinstance(ins, Complete):
+                self._complete(m, ins)
+            elif isinstance(ins, RollBack):
+                r.carry_out(r.book.migration_rolled_back(ins.job_id, r.clock(), ins.reason))
+            elif isinstance(ins, Orphaned):
+                if ins.allocation_id is not None:
+                    r.scheduler._handle(SlotsReleased((ins.allocation_id,)))
+                self.ignored.discard(ins.source_key)
+                r.carry_out(r.book.died(ins.job_id, ins.source_key, r.clock(), reason=f"migration lost: {ins.reason}"))
+                r._soon()
+        if m.terminal and m.migration_id in self.book.active:
+            self.book.settle(m)
+            kind = "migration_completed" if m.phase is MigrationPhase.DONE else "migration_aborted"
+            r.emit(kind, m.state().as_dict())
+            self.refs.pop(m.migration_id, None)
+        r.persist()
+
+    def _place(self, m: Migration, ins: PlaceTarget) -> list[Any]:
+        r = self.runner
+        now = r.clock()
+        rec = r.book.jobs.get(m.job_id)
+        if rec is None:
+            return m.target_unplaced("the job is gone", now)
+        ctx = r.book.context(rec, r._where, target_node=ins.target_node, exclude=[ins.source_node])
+        ctx = replace(ctx, recovering=False, on_runtime_failure="avoid_spare", launch_policy="allow_spare",
+                      override_reservation=ctx.override_reservation or ins.override_reservation)
+        s = PlaceRequested(rec.spec.requirement, ctx)
+        try:
+            out = r.scheduler.core.handle(s)
+            carry = getattr(r.scheduler, "_carry_out", None)
+            if carry is not None:
+                carry(out)
+            a = reply(out, s.stimulus_id)
+        except Exception as exc:
+            return m.target_unplaced(f"{type(exc).__name__}: {exc}", now)
+        if a is None or a.status != "assigned":
+            reason = getattr(a, "reason", "") or "no capacity"
+            if a is not None and a.allocation_id is not None:  # queued: give its hold back
+                r.scheduler._handle(SlotsReleased((a.allocation_id,)))
+            return m.target_unplaced(reason, now)
+        key = instance_key(rec.replica, uuid.uuid4().hex[:8])
+        r._gpus[key] = a.ray_gpus
+        r.emit("placement_decision", {"job_id": m.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
+                                      "node_id": a.node_id, "node": a.node_name, "tier": str(a.tier),
+                                      "fallback_levels": a.fallback_levels, "reason": a.reason,
+                                      "migration_id": m.migration_id})
+        return m.target_placed(a.node_id, a.allocation_id, key, now)
+
+    def _spawn(self, m: Migration, coro: Any, key: str | None = None) -> None:
+        key = key or m.migration_id
+        task = asyncio.get_event_loop().create_task(coro)
+        old = self.tasks.get(key)
+        if old is not None and not old.done() and key.endswith(":stop"):
+            old.cancel()
+        self.tasks[key] = task
+
+        def done(t: asyncio.Task, key: str = key) -> None:
+            if self.tasks.get(key) is t:
+                del self.tasks[key]
+            if not t.cancelled() and t.exception() is not None:
+                exc = t.exception()
+                print(f"[fabric.migrations] {key}: {type(exc).__name__}: {exc}")
+        task.add_done_callback(done)
+
+    async def _create(self, m: Migration, ins: CreateTarget) -> None:
+        r = self.runner
+        rec = r.book.jobs.get(m.job_id)
+        payload = r._payload(m.job_id)
+        if rec is None or payload is None:
+            return self.carry_out(m, m.target_failed("nothing to start it from", r.clock()))
+        loop = asyncio.get_event_loop()
+        try:
+            handle = await loop.run_in_executor(None, functools.partial(
+                r.launcher.start, m.job_id, ins.instance_key, ins.node_id, payload[0], payload[1], rec.spec.requirement,
+                r._gpus.pop(ins.instance_key, 0.0), deferred=ins.deferred, handover_target=ins.handover))
+        except Exception as exc:
+            return self.carry_out(m, m.target_failed(f"cannot start: {type(exc).__name__}: {exc}", r.clock()))
+        if m.terminal:  # rolled back while it was being created
+            r.launcher.kill(handle)
+            return
+        self.targets[m.migration_id] = handle
+        try:
+            err = await handle.__fabric_started__.remote()
+        except Exception as exc:
+            fate = r.launcher.death(exc)
+            return self.carry_out(m, m.target_failed(fate[2] if fate else str(exc), r.clock()))
+        if err is not None:
+            kind, message = err
+            return self.carry_out(m, m.target_failed(("invalid spec: " if kind == "invalid_spec" else "") + message, r.clock()))
+        self.carry_out(m, m.target_prepared(r.clock()))
+        await self._watch_target(m, handle)
+
+    async def _watch_target(self, m: Migration, handle: Any) -> None:
+        """Until the saga ends: the target's death fails it."""
+        while not m.terminal:
+            try:
+                await handle.__fabric_watch__.remote(5.0)
+            except Exception as exc:
+                fate = self.runner.launcher.death(exc)
+                if fate is None:
+                    await asyncio.sleep(0.5)
+                    continue
+                if not m.terminal:
+                    self.carry_out(m, m.target_failed(fate[2], self.runner.clock()))
+                return
+
+    async def _call(self, m: Migration, what: str, ref: Any) -> Any:
+        """Await a hook's answer; a failure fails the target (or, for the source's cut, the saga)."""
+        try:
+            return True, await ref
+        except Exception as exc:
+            return False, f"{what} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+    async def _ready(self, m: Migration) -> None:
+        target = self.targets.get(m.migration_id)
+        if target is None:
+            return
+        ref = target.__fabric_ready__.remote()
+        self.refs[m.migration_id] = ref  # the payload, owned here
+        ok, why = await self._call(m, "__fabric_ready__", ref)
+        self.carry_out(m, m.ready(self.runner.clock()) if ok else m.target_failed(why, self.runner.clock()))
+
+    async def _cut(self, m: Migration) -> None:
+        r = self.runner
+        source = r.handles.get(m.source_key) or r.launcher.find(m.job_id, m.source_key)
+        payload = self.refs.get(m.migration_id)
+        if source is None:
+            return self.carry_out(m, m.source_ended(r.clock()))
+        ref = source.__fabric_cut__.remote(payload)
+        ok, why = await self._call(m, "__fabric_cut__", ref)
+        self.refs[m.migration_id] = ref if ok else None  # now the position (None: the target takes over where it is)
+        self.carry_out(m, m.cut(r.clock()) if ok else m.lose(why, r.clock()))
+
+    async def _resume(self, m: Migration) -> None:
+        target = self.targets.get(m.migration_id)
+        if target is None:
+            return
+        ok, why = await self._call(m, "__fabric_resume__", target.__fabric_resume__.remote(self.refs.get(m.migration_id)))
+        self.carry_out(m, m.resumed(self.runner.clock()) if ok else m.target_failed(why, self.runner.clock()))
+
+    async def _begin(self, m: Migration) -> None:
+        target = self.targets.get(m.migration_id)
+        if target is None:
+            return
+        ok, answer = await self._call(m, "the constructor", target.__fabric_begin__.remote())
+        if ok and answer is not None:
+            kind, message = answer
+            ok, answer = False, ("invalid spec: " if kind == "invalid_spec" else "") + message
+        self.carry_out(m, m.target_began(self.runner.clock()) if ok else m.target_failed(str(answer), self.runner.clock()))
+
+    async def _stop_source(self, m: Migration, ins: StopSource) -> None:
+        r = self.runner
+        handle = r.handles.get(ins.instance_key) or r.launcher.find(m.job_id, ins.instance_key)
+        if handle is not None:
+            if not ins.kill:
+                try:
+                    await asyncio.wait_for(handle.__fabric_shutdown__.remote(), STOP_GRACE_S)
+                except Exception:
+                    pass
+            r.launcher.kill(handle)
+        r.handles.pop(ins.instance_key, None)
+        self.carry_out(m, m.source_ended(r.clock()))
+
+    def _stop_target(self, m: Migration, ins: StopTarget) -> None:
+        r = self.runner
+        if ins.allocation_id is not None:
+            r.scheduler._handle(SlotsReleased((ins.allocation_id,)))
+        handle = self.targets.pop(m.migration_id, None)
+        if ins.instance_key is not None:
+            self.ignored.add(ins.instance_key)
+            if handle is None:
+                handle = r.launcher.find(m.job_id, ins.instance_key)
+        if handle is not None:
+            r.launcher.kill(handle)
+
+    def _complete(self, m: Migration, ins: Complete) -> None:
+        r = self.runner
+        rec = r.book.jobs.get(ins.job_id)
+        if rec is None or rec.state != JobState.MIGRATING:  # stopped meanwhile: the target goes too
+            self._stop_target(m, StopTarget(m.migration_id, ins.job_id, ins.instance_key, ins.allocation_id))
+            return
+        r.carry_out(r.book.migrated(ins.job_id, ins.node_id, ins.instance_key, ins.allocation_id, r.clock(), ins.reason))
+        self.last_moved[ins.job_id] = r.clock()
+        handle = self.targets.pop(m.migration_id, None)
+        if handle is not None:
+            if m.phase is MigrationPhase.LOST and m.strategy is MigrationStrategy.HANDOVER:
+                handle.__fabric_resume__.remote(self.refs.get(m.migration_id))  # it must not hold its output forever
+            r.handles[ins.instance_key] = handle
+            r._spawn(r._watch(ins.job_id, ins.instance_key, handle, starting=False), ins.instance_key)
+
+    # -- after a restart --------------------------------------------------------------------------------
+    def resume(self) -> list[Any]:
+        """A restarted scheduler knows no saga: every migrating job runs on at its source."""
+        r = self.runner
+        out: list[Any] = []
+        for rec in list(r.book.jobs.values()):
+            if rec.state == JobState.MIGRATING:
+                out += r.book.migration_rolled_back(rec.job_id, r.clock(), "the scheduler restarted mid-migration")
+        return out
+
+
+__all__ = ["MigrationRunner"]
