@@ -16,24 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from fabric.core.errors import SettingsError, SettingsProblem
 from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-exported where it always was
     MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, _clip, _decode_settings, _parse_yaml, _read_settings_file,
 )
+from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
+from fabric.core.settings_types import NonNegFloat, PositiveSeconds, _Model  # noqa: F401 - re-exported where they were
 from fabric.core.tiers import ComputeTier
 
 #: Most values (mappings, lists and scalars) in one settings document, aliases expanded.
 MAX_SETTINGS_VALUES = 100_000
-
-PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
 
 _M = TypeVar("_M", bound=_Model)
 
@@ -308,6 +302,12 @@ class FabricSettings(_Model):
     """Burst and utilisation scaling (seed 002)."""
     templates: dict[str, TemplateSettings] = Field(default_factory=dict)
     """Job templates by name: the artifacts each needs (``templates: {encoder: {artifacts: [file:///...]}}``)."""
+    migration: MigrationSettings = Field(default_factory=MigrationSettings)
+    """Migration sagas: a deadline per phase and the default strategy (seed 000 § Migration)."""
+    rebalance: RebalanceSettings = Field(default_factory=RebalanceSettings)
+    """Jobs running below their ``min_tier`` move up when better capacity joins (seed 002)."""
+    drain: DrainSettings = Field(default_factory=DrainSettings)
+    """Drain timeouts and the spot-interruption sizing (seed 000 § Drain / cordon, § Spot interruption)."""
     store: StoreSettings = Field(default_factory=StoreSettings)
     """Where the registry keeps durable state."""
     nodes: dict[str, NodeOverride] = Field(default_factory=dict)
