@@ -28,6 +28,7 @@ from typing import Any, Callable
 from ray import cloudpickle
 
 from actors.bundle_ops import BundleOps
+from actors.drains import DrainRunner
 from actors.migrations import MigrationRunner
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
 from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
@@ -72,6 +73,7 @@ class JobRunner(BundleOps):
         self._gpus: dict[str, float] = {}
         """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
         self.moves = MigrationRunner(self)
+        self.drains = DrainRunner(scheduler, self)
         self.preempting: set[str] = set()
         """Nodes under a provider's reclaim notice: what dies with them is not counted."""
         self._load()
@@ -345,6 +347,7 @@ class JobRunner(BundleOps):
         if not self.resumed:
             self.resume()
         self.moves.tick()
+        self.drains.step()
         self._apply(self.book.due(self.clock(), self._where))
         self.reap_deleted()
 
@@ -385,6 +388,7 @@ class JobRunner(BundleOps):
         owned = self.moves.node_lost(node_id)
         self._apply(self.book.node_lost(node_id, self.clock(), skip=owned, preempted=node_id in self.preempting))
         self.preempting.discard(node_id)
+        self.drains.node_lost(node_id)
         self._soon()
 
     def waiting_by_pool(self, default_pool: str) -> dict[str, int]:
@@ -398,6 +402,7 @@ class JobRunner(BundleOps):
 
     def node_joined(self) -> None:
         """New capacity: jobs waiting for a node are placed right after this step."""
+        self.drains.capacity_joined()
         if self.book.capacity_joined(self.clock()):
             self._soon()
 

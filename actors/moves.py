@@ -48,11 +48,62 @@ class SchedulerMoves:
             raise MessageError("reason", "must be text, at most 1000 characters", type(reason).__name__)
         return self._moves().abort(msg.read_id("migration_id", migration_id), reason)
 
+    # -- drains, evictions, reclaim notices (actors.drains.DrainRunner) ---------------------------------
+    def _drains(self) -> Any:
+        return self._runner().drains  # type: ignore[attr-defined]
+
+    def _node(self, node: Any) -> str:
+        return self.core.resolve_node(msg.read_id("node", node))
+
+    async def drain_jobs(self, node: str, timeout_s: float | None = None, force: bool = False,
+                         strategy: str | None = None) -> Any:
+        """Cordon the node, migrate its jobs by ``strategy``, then have Ray drain it (``DrainState``)."""
+        node_id = self._node(node)
+        timeout_s = None if timeout_s is None else msg.read_seconds("timeout_s", timeout_s, allow_zero=True)
+        if not isinstance(force, bool):
+            raise MessageError("force", "must be true or false", type(force).__name__)
+        if strategy is not None and strategy not in {s.value for s in _strategies()}:
+            raise MessageError("strategy", f"must be one of {', '.join(s.value for s in _strategies())}", strategy)
+        return await self._drains().drain(node_id, timeout_s, force, strategy)
+
+    def drain_status(self, node: str) -> Any:
+        return self._drains().status(self._node(node))
+
+    def evict(self, node: str) -> list[str]:
+        """Stop the node's jobs now; each recovers by its policy. The ids stopped."""
+        return self._drains().evict(self._node(node))
+
+    async def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: float | None = None) -> Any:
+        """A provider's reclaim notice: a forced drain sized to ``deadline`` (epoch seconds)."""
+        from fabric.core.jobs.drains import INTERRUPTION_KINDS
+
+        node_id = self._node(node)
+        if kind not in INTERRUPTION_KINDS:
+            raise MessageError("kind", f"must be one of {', '.join(INTERRUPTION_KINDS)}", kind)
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0):
+            raise MessageError("deadline", "must be epoch seconds (time.time()) or None", deadline)
+        return await self._drains().interrupt(node_id, kind, None if deadline is None else float(deadline))
+
+    def ray_adapter(self) -> Any:
+        """The Ray seam (the fleet feed's adapter, else a fresh one)."""
+        adapter = getattr(getattr(self, "feed", None), "adapter", None)
+        if adapter is None:
+            from fabric.rayio.adapter import RayAdapter
+
+            adapter = RayAdapter()
+        return adapter
+
     async def close_migrations(self, grace_s: float = 5.0) -> int:
         """``fabric.down``: roll back or mark lost every saga in flight, within ``grace_s``."""
         if self.jobs is None:
             return 0
         return await self._moves().close(msg.read_seconds("grace_s", grace_s, allow_zero=True))
+
+
+def _strategies() -> Any:
+    from fabric.core.jobs.migration import MigrationStrategy
+
+    return MigrationStrategy
 
 
 __all__ = ["SchedulerMoves", "MigrationError"]

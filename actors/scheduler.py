@@ -462,6 +462,8 @@ class Scheduler(SchedulerMoves):
         return await self._operator(Cordoned, node)
 
     async def uncordon(self, node: str) -> str:
+        if self.jobs is not None:  # a drain (and a reclaim notice) in progress is withdrawn with the cordon
+            self.jobs.drains.withdraw(self.core.resolve_node(msg.read_id("node", node)))
         return await self._operator(Uncordoned, node)
 
     async def drain(self, node: str, grace_s: float | None = None) -> str:
