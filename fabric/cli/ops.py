@@ -1,4 +1,5 @@
-"""Operator commands against a running fabric: ``cordon``, ``uncordon``, ``drain``, ``explain``.
+"""Operator commands against a running fabric: ``cordon``, ``uncordon``, ``explain`` (``drain`` and
+the other moves of work are ``fabric.cli.moves_cmd``'s).
 
 ``explain`` is a dry-run placement against the live fleet: the decision and its trace (every
 node's first failing filter, every survivor's ranking key), for a person or as ``--json``.
@@ -17,13 +18,10 @@ from fabric.core.errors import FabricError
 
 def add_parser(subparsers: Any) -> None:
     for command, helptext in (("cordon", "keep new work off a node (running work is left alone)"),
-                              ("uncordon", "let a cordoned or drained node take work again"),
-                              ("drain", "cordon a node, let its running work finish within the grace, then mark it draining")):
+                              ("uncordon", "let a cordoned or drained node take work again")):
         p = subparsers.add_parser(command, help=helptext, description=helptext)
         p.add_argument("node", help="node name or Ray node id")
         p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
-        if command == "drain":
-            p.add_argument("--grace", type=float, metavar="SECONDS", help="drain grace (default: the settings' drain_grace_s)")
         p.set_defaults(func=run_node_op, op=command)
     e = subparsers.add_parser("explain", help="dry-run a placement against the live fleet and show why",
                               description="dry-run a placement against the live fleet and show why")
@@ -63,9 +61,7 @@ def run_node_op(args) -> int:
     if sched is None:
         return 2
     try:
-        call = getattr(sched, args.op)
-        ref = call.remote(args.node, args.grace) if args.op == "drain" else call.remote(args.node)
-        node_id = ray.get(ref, timeout=60)
+        node_id = ray.get(getattr(sched, args.op).remote(args.node), timeout=60)
     except Exception as exc:
         err = _unwrap(exc)
         print(f"fabric {args.op}: {err}", file=sys.stderr)

@@ -23,6 +23,7 @@ from fabric.core.names import (
 )
 from fabric.core.settings import FabricSettings
 from fabric.runtime import session as sessions
+from fabric.runtime.moves import MovesSurface
 from fabric.runtime.spares import SparesSurface
 
 _HEAD = {HEAD_RESOURCE: 0.001}
@@ -136,7 +137,7 @@ def running_calls() -> dict[str, int]:
     return sessions.driver().slots_in_use()
 
 
-class FabricHandle(SparesSurface):
+class FabricHandle(SparesSurface, MovesSurface):
     """A driver's view of the running fabric. Cheap to create; every call asks the actors."""
 
     def __init__(self, timeout_s: float = 30.0) -> None:
@@ -291,12 +292,6 @@ class FabricHandle(SparesSurface):
         if sched is not None and hasattr(sched, "uncordon"):
             return self._get(sched.uncordon.remote(node))
         return self._get(self._actor(REGISTRY).set_cordoned.remote(node, False)).node_id
-
-    def drain(self, node: str) -> str:
-        sched = self._scheduler()
-        if sched is not None:
-            return self._get(sched.drain.remote(node))
-        return self._get(self._actor(REGISTRY).mark_draining.remote(node)).node_id
 
 
 __all__ = ["FabricHandle", "NodeNotFoundError", "SettingsConflictError", "down", "up"]

@@ -1,0 +1,333 @@
+"""Moving work on purpose from the command line (issue 16): ``fabric drain``, ``fabric evict``,
+``fabric migrate``, ``fabric migrations``, ``fabric interrupt``.
+
+- ``fabric drain NODE [--timeout S] [--force] [--strategy X] [--json]``: cordon the node, migrate
+  its jobs, then ask Ray to drain it; prints the drain (phase, what Ray answered, each job's
+  status). ``--grace`` is the old name of ``--timeout``. ``--status`` shows the node's drain
+  without starting one.
+- ``fabric evict NODE``: stop the node's jobs now (each recovers by its policy).
+- ``fabric migrate JOB [--strategy X] [--to NODE] [--wait]``: start a migration; with ``--wait``,
+  print each phase until it ends (exit 0 when done, 1 when aborted or lost).
+- ``fabric migrations [--json]``: id, job, strategy, phase, source -> target, age, in 80 columns.
+- ``fabric interrupt NODE [--deadline S] [--kind spot-interruption|rebalance]``: deliver a
+  provider's notice that the node goes in S seconds (a forced drain sized to it).
+
+Exit codes as the other operator commands: 2 when the cluster cannot be reached or the fabric
+refused the request (a bad argument, an unknown node or job, a refused abort), 1 when the fabric
+is not up there, or the outcome is a failure (Ray refused the drain; a migration aborted or lost).
+Rendering is pure (``drain_lines``, ``migration_rows``, ``format_migrations``...); the ``*_with``
+functions take the handle, so tests drive them with a fake one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from typing import Any, Callable, Sequence, TextIO
+
+from fabric.core.errors import FabricError
+
+__all__ = ["add_parser", "as_plain", "drain_lines", "drain_with", "evict_with", "format_migrations", "interrupt_with",
+           "migrate_with", "migration_rows", "migrations_with"]
+
+STRATEGY_CHOICES = ("stop_then_start", "overlap", "handover")
+KIND_CHOICES = ("spot-interruption", "rebalance")
+TERMINAL_PHASES = ("done", "aborted", "lost")
+MIGRATIONS_HEADER = ("ID", "JOB", "STRATEGY", "PHASE", "SOURCE -> TARGET", "AGE")
+_WIDTHS = (8, 10, 15, 15, 21, 5)  # 79 columns with the single spaces between them
+
+
+def add_parser(subparsers: Any) -> None:
+    d = subparsers.add_parser("drain", help="move a node's jobs off it, then tell Ray it is draining",
+                              description="cordon a node, migrate each of its jobs by the strategy, then ask Ray to drain "
+                                          "it; with --force, what has not moved by the timeout is stopped and recovered")
+    d.add_argument("node", help="node name or Ray node id")
+    d.add_argument("--timeout", "--grace", dest="timeout", type=float, metavar="SECONDS",
+                   help="how long the jobs have to move (default: the settings' drain.timeout_s); --grace is its old name")
+    d.add_argument("--force", action="store_true", help="at the timeout, stop what has not moved (it recovers by its policy)")
+    d.add_argument("--strategy", choices=STRATEGY_CHOICES, help="how each job moves (default: the settings')")
+    d.add_argument("--status", action="store_true", help="show the node's drain; start none")
+    _common(d, json_help="the drain as one JSON object")
+    d.set_defaults(func=_runner("drain", drain_with))
+
+    e = subparsers.add_parser("evict", help="stop a node's jobs now; each recovers by its policy",
+                              description="stop a node's jobs now; each recovers by its policy (a frame drop)")
+    e.add_argument("node", help="node name or Ray node id")
+    _common(e, json_help="the job ids stopped, as a JSON list")
+    e.set_defaults(func=_runner("evict", evict_with))
+
+    m = subparsers.add_parser("migrate", help="move a job to another node", description="move a long-running job to another node")
+    m.add_argument("job", help="job id")
+    m.add_argument("--strategy", choices=STRATEGY_CHOICES, help="stop_then_start, overlap or handover (default: the settings')")
+    m.add_argument("--to", dest="to", metavar="NODE", help="the target node (default: where placement puts it)")
+    m.add_argument("--override-reservation", action="store_true", help="the target may be a node reserved for other work")
+    m.add_argument("--wait", action="store_true", help="print each phase until the migration ends")
+    m.add_argument("--wait-timeout", type=float, default=900.0, metavar="SECONDS", help="give up waiting after this long (default 900)")
+    _common(m, json_help=None)
+    m.set_defaults(func=_runner("migrate", migrate_with))
+
+    ms = subparsers.add_parser("migrations", help="the migrations in flight and recent ones",
+                               description="migrations in flight and recent: id, job, strategy, phase, source -> target, age")
+    _common(ms, json_help="one JSON object per migration, in a list")
+    ms.set_defaults(func=_runner("migrations", migrations_with))
+
+    i = subparsers.add_parser("interrupt", help="deliver a spot-interruption (or rebalance) notice for a node",
+                              description="a provider's notice that a node goes: a forced drain sized to the deadline")
+    i.add_argument("node", help="node name or Ray node id")
+    i.add_argument("--deadline", type=float, metavar="SECONDS", help="the node goes this many seconds from now (default: none)")
+    i.add_argument("--kind", choices=KIND_CHOICES, default="spot-interruption", help="the notice's kind (default: spot-interruption)")
+    _common(i, json_help="the interruption as one JSON object")
+    i.set_defaults(func=_runner("interrupt", interrupt_with))
+
+
+def _common(p: argparse.ArgumentParser, *, json_help: str | None) -> None:
+    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    if json_help:
+        p.add_argument("--json", action="store_true", help=json_help)
+
+
+# -- rendering (pure) ----------------------------------------------------------------------------------
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def as_plain(obj: Any) -> Any:
+    """A state object as JSON-ready data: its ``as_dict()`` when it has one, a dataclass's fields,
+    enums as their values, tuples as lists."""
+    if obj is None or isinstance(obj, (bool, int, float)):
+        return obj
+    if isinstance(obj, str):
+        return str(_value(obj))
+    as_dict = getattr(obj, "as_dict", None)
+    if callable(as_dict):
+        return as_plain(as_dict())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: as_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(_value(k)): as_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [as_plain(v) for v in obj]
+    return str(_value(obj))
+
+
+def _secs(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = max(0.0, float(s))
+    return f"{s:.0f}s" if s < 600 else (f"{s / 60:.0f}m" if s < 36000 else f"{s / 3600:.0f}h")  # at most 5 characters
+
+
+def _cut(text: Any, width: int) -> str:
+    text = "-" if text in (None, "") else str(text)
+    return text if len(text) <= width else text[:width]
+
+
+def drain_lines(state: Any, now: float, shown: str | None = None) -> list[str]:
+    """A ``DrainState`` (or its ``as_dict()``) as lines for a person."""
+    d = as_plain(state)
+    node = d.get("node_id") or ""
+    label = f"{shown} ({node[:12]})" if shown and shown != node else node[:12]
+    deadline = d.get("deadline")
+    if deadline is None and d.get("started") is not None and d.get("timeout_s") is not None:
+        deadline = d["started"] + d["timeout_s"]
+    bits = []
+    if d.get("interruption"):
+        bits.append(str(d["interruption"]))
+    if deadline is not None:
+        bits.append(f"deadline in {_secs(deadline - now)}" if deadline > now else "past its deadline")
+    bits.append("force" if d.get("force") else "no force")
+    if d.get("strategy"):
+        bits.append(f"strategy {d['strategy']}")
+    lines = [f"drain {_cut(label, 60)}: {d.get('phase', '?')}", f"  {', '.join(bits)}"]
+    ray = d.get("ray_drain")
+    lines.append(f"  ray: {'not asked yet' if ray is None else ray}")
+    if d.get("reason"):
+        lines.append(f"  reason: {d['reason']}")
+    jobs = d.get("jobs") or {}
+    if not jobs:
+        lines.append("  no jobs on the node")
+        return lines
+    lines.append(f"  {'JOB':<20} {'STATUS':<11} {'MIGRATION':<14} REASON")
+    for job_id, job in sorted(jobs.items()):
+        job = job if isinstance(job, dict) else {"status": job}
+        reason = job.get("reason") or ""
+        reason = reason if len(reason) <= 30 else reason[:29] + "~"
+        lines.append(f"  {_cut(job_id, 20):<20} {_cut(job.get('status'), 11):<11} {_cut(job.get('migration_id'), 14):<14} "
+                     f"{reason}".rstrip())
+    return lines
+
+
+def migration_rows(states: Sequence[Any], now: float, node_names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One plain dict per migration (the ``--json`` form), with ``age_s`` and node names."""
+    names = node_names or {}
+    rows = []
+    for st in states:
+        d = as_plain(st)
+        d["age_s"] = None if d.get("started_at") is None else round(max(0.0, now - d["started_at"]), 1)
+        d["source_name"] = names.get(d.get("source_node") or "", d.get("source_node"))
+        d["target_name"] = names.get(d.get("target_node") or "", d.get("target_node"))
+        rows.append(d)
+    return rows
+
+
+def format_migrations(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as a table that fits 80 columns."""
+    if not rows:
+        return "no migrations"
+
+    def line(cells: Sequence[str]) -> str:
+        return " ".join(f"{_cut(c, w):<{w}}" for c, w in zip(cells, _WIDTHS)).rstrip()
+
+    out = [line(MIGRATIONS_HEADER)]
+    half = (_WIDTHS[4] - 4) // 2  # " -> " between two halves
+    for r in rows:
+        move = f"{_cut(r.get('source_name'), half)} -> {_cut(r.get('target_name'), half)}"
+        out.append(line((r.get("migration_id"), r.get("job_id"), r.get("strategy"), r.get("phase"), move,
+                         _secs(r.get("age_s")))))
+    return "\n".join(out)
+
+
+def _history_line(entry: Any, started: float | None) -> str:
+    phase, at, reason = (list(entry) + [None, None, ""])[:3]
+    when = "" if at is None or started is None else f" +{max(0.0, at - started):.1f}s"
+    return f"  {_value(phase)}{when}{': ' + str(reason) if reason else ''}"
+
+
+# -- the commands over a handle --------------------------------------------------------------------------
+def _fail(command: str, exc: BaseException, err: TextIO) -> int:
+    cause = getattr(exc, "cause", None)
+    exc = cause if isinstance(cause, Exception) else exc
+    print(f"fabric {command}: {exc}", file=err)
+    if isinstance(exc, (FabricError, KeyError, ValueError)):
+        return 2
+    return 1
+
+
+def drain_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+               now: Callable[[], float] = time.time) -> int:
+    try:
+        if args.status:
+            state = handle.drain_status(args.node)
+            if state is None:
+                print(f"fabric drain: {args.node} has no drain", file=err)
+                return 1
+        else:
+            state = handle.drain(args.node, timeout_s=args.timeout, force=args.force, strategy=args.strategy)
+    except Exception as exc:
+        return _fail("drain", exc, err)
+    if args.json:
+        print(json.dumps(as_plain(state), indent=2), file=out)
+    else:
+        print("\n".join(drain_lines(state, now(), args.node)), file=out)
+    return 1 if str(as_plain(state).get("phase")) == "failed" else 0
+
+
+def evict_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    try:
+        stopped = list(handle.evict(args.node))
+    except Exception as exc:
+        return _fail("evict", exc, err)
+    if args.json:
+        print(json.dumps(stopped), file=out)
+    else:
+        jobs = f": {', '.join(stopped)}" if stopped else ""
+        print(f"evict {args.node}: {len(stopped)} job{'s' if len(stopped) != 1 else ''} stopped{jobs}", file=out)
+    return 0
+
+
+def migrate_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+                 now: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 interval_s: float = 0.2) -> int:
+    try:
+        mid = handle.migrate_job(args.job, strategy=args.strategy, target_node=args.to,
+                                 override_reservation=args.override_reservation)
+    except Exception as exc:
+        return _fail("migrate", exc, err)
+    print(f"migration {mid}: {args.job}{' -> ' + args.to if args.to else ''}", file=out)
+    if not args.wait:
+        return 0
+    printed = 0
+    give_up = now() + args.wait_timeout
+    while True:
+        try:
+            st = as_plain(handle.migration(mid))
+        except Exception as exc:
+            return _fail("migrate", exc, err)
+        history = st.get("history") or []
+        for entry in history[printed:]:
+            print(_history_line(entry, st.get("started_at")), file=out)
+        printed = max(printed, len(history))
+        phase = str(st.get("phase"))
+        if st.get("terminal") or phase in TERMINAL_PHASES:
+            print(f"migration {mid}: {phase}{' (' + st['reason'] + ')' if st.get('reason') else ''}", file=out)
+            return 0 if phase == "done" else 1
+        if now() >= give_up:
+            print(f"fabric migrate: migration {mid} still {phase} after {args.wait_timeout:.0f}s (it goes on)", file=err)
+            return 1
+        sleep(interval_s)
+
+
+def _node_names(handle: Any) -> dict[str, str]:
+    try:
+        return {r.node_id: r.name for r in handle.records()}
+    except Exception:  # names are a nicety: node ids show instead
+        return {}
+
+
+def migrations_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+                    now: Callable[[], float] = time.time) -> int:
+    try:
+        states = handle.migrations()
+    except Exception as exc:
+        return _fail("migrations", exc, err)
+    rows = migration_rows(states, now(), _node_names(handle))
+    print(json.dumps(rows, indent=2) if args.json else format_migrations(rows), file=out)
+    return 0
+
+
+def interrupt_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+                   now: Callable[[], float] = time.time) -> int:
+    if args.deadline is not None and not args.deadline >= 0:
+        print(f"fabric interrupt: --deadline must be 0 or more seconds (got {args.deadline})", file=err)
+        return 2
+    t = now()
+    deadline = None if args.deadline is None else t + args.deadline
+    try:
+        state = handle.handle_node_interruption(args.node, kind=args.kind, deadline=deadline)
+    except Exception as exc:
+        return _fail("interrupt", exc, err)
+    d = as_plain(state)
+    if args.json:
+        print(json.dumps(d, indent=2), file=out)
+        return 0
+    when = "no deadline" if d.get("deadline") is None else f"deadline in {_secs(d['deadline'] - t)}"
+    print(f"interrupt {args.node}: {d.get('kind', args.kind)}, {when}", file=out)
+    if d.get("drain") is not None:
+        print("\n".join(drain_lines(d["drain"], t, args.node)), file=out)
+    return 0
+
+
+def _runner(command: str, body: Callable[..., int]) -> Callable[[argparse.Namespace], int]:
+    """``args -> exit code``: connect, hand a ``FabricHandle`` to ``body``, disconnect if we connected."""
+
+    def run(args: argparse.Namespace) -> int:
+        import ray as ray_module
+
+        from fabric.cli.connect import connect
+        from fabric.runtime.control import FabricHandle
+
+        ours = not ray_module.is_initialized()  # a driver that was connected already stays connected
+        ray = connect(args.address, command)  # on failure it has said why
+        if ray is None:
+            return 2
+        try:
+            return body(FabricHandle(), args)
+        finally:
+            if ours:
+                ray.shutdown()
+
+    run.__name__ = f"run_{command}"
+    return run
