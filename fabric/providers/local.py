@@ -484,6 +484,33 @@ class LocalProvider:
                                     provider=self.name, instance_id=instance_id)
         self._stop(child)
 
+    def reclaim(self, instance_id: str, deadline_s: float, notify: Callable[[ProvisionedNode, str, float], Any], *,
+                kind: str = "spot-interruption") -> Any:
+        """Take back the node ``instance_id`` as a cloud takes a spot node: ``notify(node, kind,
+        deadline)`` first (``deadline``: epoch seconds, ``deadline_s`` from now; the caller passes
+        the fabric's ``handle_node_interruption``: a provider never imports actors), then the node's
+        whole session SIGKILLed at the deadline (a timer thread). Returns what ``notify`` returned.
+        An id this provider did not start is a ``ProviderError`` (``unknown_instance``)."""
+        if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or not deadline_s >= 0:
+            raise ProviderError(f"deadline_s must be 0 or more seconds, got {deadline_s!r}", reason="bad_deadline",
+                                provider=self.name, field="deadline_s")
+        with self._lock:
+            child = self._children.get(instance_id)
+        if child is None:
+            raise ProviderError(f"no running instance {instance_id!r} was started by this local provider",
+                                reason="unknown_instance", provider=self.name, instance_id=instance_id)
+        answer = notify(child.node, kind, self._clock() + deadline_s)
+
+        def kill() -> None:
+            if self._children.get(instance_id) is child:  # not terminated (or closed) meanwhile
+                _signal_session(child.proc.pid, signal.SIGKILL)  # abrupt, as a reclaim is
+                self._stop(child, grace_s=0.0)
+
+        timer = threading.Timer(deadline_s, kill)
+        timer.daemon = True
+        timer.start()
+        return answer
+
     def list(self) -> builtins.list[ProvisionedNode]:
         """The nodes started here whose ``ray start`` is still running, oldest first (one that ended
         on its own is reaped and left out)."""

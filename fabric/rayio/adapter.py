@@ -2,10 +2,11 @@
 
 Every Ray call the registry, the health monitor, the probe actors and the dispatcher make goes
 through ``RayAdapter``: reading the node table, finding and starting named actors, the cluster's
-GCS address, what a caught Ray exception means (``is_actor_gone``, ``remote_cause``) and the
-unpickling of shipped functions. Calls on an actor handle (``handle.method.remote(...)``) are
-made on handles the adapter returned, so a fake adapter hands out fake handles. Unit tests give
-the actors' logic ``fabric.testing.fake_ray.FakeRayAdapter``, which has the same methods.
+GCS address, asking Ray's GCS to drain a node (``drain_node``, ``is_draining``), what a caught Ray
+exception means (``is_actor_gone``, ``remote_cause``) and the unpickling of shipped functions.
+Calls on an actor handle (``handle.method.remote(...)``) are made on handles the adapter returned,
+so a fake adapter hands out fake handles. Unit tests give the actors' logic
+``fabric.testing.fake_ray.FakeRayAdapter``, which has the same methods.
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from ray import cloudpickle
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from fabric.core.errors import RequirementError
 from fabric.core.health import RayNodeView
-from fabric.core.names import NAMESPACE, probe_actor_name
+from fabric.core.names import HEAD_RESOURCE, NAMESPACE, probe_actor_name
+
+DRAIN_REASONS = ("IDLE_TERMINATION", "PREEMPTION")
+"""What ``drain_node`` takes: Ray's ``DrainNodeReason`` without its ``DRAIN_NODE_REASON_`` prefix
+(never ``UNSPECIFIED``: Ray 2.60's raylet died on it when tried)."""
+_GCS_TIMEOUT_S = 10.0
 
 
 class RayAdapter:
@@ -89,6 +96,60 @@ class RayAdapter:
             heartbeat_interval_s=heartbeat_interval_s,
             reprobe_interval_s=reprobe_interval_s,
         )
+
+    # -- Ray's drain (the GCS's DrainNode: it stops new work on the node; it moves nothing) --------
+    def drain_node(self, node_id: str, reason: str, message: str = "", deadline_s: float | None = None) -> tuple[bool, str]:
+        """Ask Ray's GCS to drain ``node_id`` (``ray._raylet.GcsClient.drain_node``, what ``ray
+        drain-node`` and autoscaler v2 call): ``reason`` ``"IDLE_TERMINATION"`` or ``"PREEMPTION"``
+        (Ray's ``DrainNodeReason``), ``message`` for Ray's records (a node that then exits carries it
+        as its death reason message), ``deadline_s`` the epoch second (``time.time()`` base) the node
+        goes at, sent as Ray's ``deadline_timestamp_ms`` (None: 0, no deadline). Returns
+        ``(accepted, rejection message)``.
+
+        Ray 2.60, as tried: IDLE_TERMINATION is refused ("The node to be idle terminated is no
+        longer idle.") while anything runs there (an actor too: every fabric node has its probe
+        actor); accepted on an idle node, whose raylet then exits at once (death reason
+        ``AUTOSCALER_DRAIN_IDLE``). PREEMPTION is always accepted: the node keeps what runs, takes
+        no new work, is listed by the GCS as draining with its deadline, and exits once idle. The
+        GCS accepts a node id it does not know and does nothing, so a node not alive in Ray's table
+        is answered ``(False, ...)`` here without asking; so is the head node (draining it would
+        take the cluster down)."""
+        if reason not in DRAIN_REASONS:
+            raise RequirementError("reason", f"must be one of {', '.join(DRAIN_REASONS)}", reason)
+        if not isinstance(message, str):
+            raise RequirementError("message", "must be a string", message)
+        if deadline_s is not None and (isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0):
+            raise RequirementError("deadline_s", "must be epoch seconds (time.time()) or None", deadline_s)
+        row = next((n for n in self.list_nodes() if n.node_id == node_id), None)
+        if row is None or not row.alive:
+            return False, f"no alive Ray node {str(node_id)[:12]!r}"
+        if HEAD_RESOURCE in row.resources:
+            return False, f"{row.name} is the head node: Ray is not asked to drain it"
+        from ray.core.generated import autoscaler_pb2
+
+        code = autoscaler_pb2.DrainNodeReason.Value(f"DRAIN_NODE_REASON_{reason}")
+        deadline_ms = 0 if deadline_s is None else int(deadline_s * 1000)
+        accepted, why = self._gcs().drain_node(node_id, code, message, deadline_ms, timeout=_GCS_TIMEOUT_S)
+        return bool(accepted), str(why or "")
+
+    def draining_nodes(self) -> dict[str, float | None]:
+        """Node id -> drain deadline (epoch seconds; None: no deadline) for every node Ray's GCS
+        lists as draining (accepted and still alive)."""
+        got = self._gcs().get_draining_nodes(timeout=_GCS_TIMEOUT_S)
+        return {str(k): (v / 1000.0 if v else None) for k, v in dict(got).items()}
+
+    def is_draining(self, node_id: str) -> bool:
+        """Whether Ray reports ``node_id`` draining (its GCS's draining list, as Serve reads it)."""
+        return node_id in self.draining_nodes()
+
+    def _gcs(self) -> Any:
+        """This worker's GCS client (the one ``ray.init`` made)."""
+        import ray._private.worker as worker
+
+        client = getattr(worker.global_worker, "gcs_client", None)
+        if client is None:
+            raise RuntimeError("not connected to Ray: no GCS client (ray.init first)")
+        return client
 
     # -- what a caught Ray exception means -----------------------------------------------------
     def is_actor_gone(self, exc: BaseException) -> bool:

@@ -136,6 +136,12 @@ class FakeRayAdapter:
         """When set, ``ensure_probe`` raises it (a node whose raylet refuses the actor)."""
         self.slots_used: dict[str, int] = {}
         """What ``slots_in_use`` answers: ``fabric.slots`` in use per node, as a test sets it."""
+        self.drain_requests: list[tuple[str, str, str, float | None]] = []
+        """Every ``drain_node`` call: (node_id, reason, message, deadline_s)."""
+        self.drain_answer: tuple[bool, str] | None = None
+        """When set, what ``drain_node`` answers a known alive node (a refusal, say); else accepted."""
+        self.draining: dict[str, float | None] = {}
+        """Node id -> deadline of each drain accepted (what ``draining_nodes`` answers)."""
 
     # -- driving the fake -------------------------------------------------------------------
     def add_node(self, node: RayNodeView) -> RayNodeView:
@@ -189,6 +195,26 @@ class FakeRayAdapter:
         if name not in self.actors:
             self.actors[name] = FakeHandle(name=name)
         return self.actors[name]
+
+    def drain_node(self, node_id: str, reason: str, message: str = "", deadline_s: float | None = None) -> tuple[bool, str]:
+        """As ``RayAdapter.drain_node``: a node not alive here is refused without a request."""
+        if reason not in ("IDLE_TERMINATION", "PREEMPTION"):
+            from fabric.core.errors import RequirementError
+
+            raise RequirementError("reason", "must be one of IDLE_TERMINATION, PREEMPTION", reason)
+        if self.alive_node(node_id) is None:
+            return False, f"no alive Ray node {node_id[:12]!r}"
+        self.drain_requests.append((node_id, reason, message, deadline_s))
+        accepted, why = self.drain_answer if self.drain_answer is not None else (True, "")
+        if accepted:
+            self.draining[node_id] = deadline_s
+        return accepted, why
+
+    def draining_nodes(self) -> dict[str, float | None]:
+        return {n: d for n, d in self.draining.items() if self.alive_node(n) is not None}
+
+    def is_draining(self, node_id: str) -> bool:
+        return node_id in self.draining_nodes()
 
     def is_actor_gone(self, exc: BaseException) -> bool:
         return isinstance(exc, ActorGone)

@@ -215,6 +215,34 @@ class LocalFabric:
         node.alive = False
         return node
 
+    def reclaim(self, name: str, deadline_s: float, kind: str = "spot-interruption") -> Any:
+        """Take the node ``name`` back as a cloud reclaims a spot node: the fabric's scheduler gets
+        the notice (``handle_node_interruption(node_id, kind, now + deadline_s)``), then the node's
+        raylet is SIGKILLed at the deadline (``kill_node``, from a timer thread; skipped when the
+        node was killed or replaced meanwhile). Returns the scheduler's ``NodeInterruptionState``."""
+        if self.handle is None:
+            raise RuntimeError("reclaim needs the fabric up (LocalFabric(fabric=True))")
+        if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or not deadline_s >= 0:
+            raise ValueError(f"deadline_s must be 0 or more seconds, got {deadline_s!r}")
+        node = self.node(name)
+        if not node.alive:
+            raise ValueError(f"node {name!r} is not running")
+        at = time.time() + deadline_s
+        state = self.handle.handle_node_interruption(node.node_id, kind=kind, deadline=at)
+
+        def kill() -> None:
+            current = self._nodes.get(name)
+            if self.cluster is not None and current is node and node.alive:
+                try:
+                    self.kill_node(name)
+                except Exception:  # closed or killed meanwhile: nothing left to reclaim
+                    pass
+
+        timer = threading.Timer(max(0.0, at - time.time()), kill)
+        timer.daemon = True
+        timer.start()
+        return state
+
     def node(self, name: str) -> LocalNode:
         """The current node called ``name`` (after a rejoin: the new one)."""
         try:
