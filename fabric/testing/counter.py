@@ -13,14 +13,18 @@ Used as ``adaptive.remote(...)(CounterJob)`` (the fabric package is importable o
 the class is pickled by reference). ``epoch=None`` is the Unix epoch: every instance of the job
 (source and target of a migration are built from the same arguments) agrees on the schedule.
 
-- A plain instance starts emitting at once (from the tick due now).
+- A plain instance starts emitting at once: from the first tick due after it started (never a
+  tick whose time came before it existed, so an instance that starts after another stopped can
+  only leave a hole, never a duplicate; the measure's resolution is one period).
 - A handover target (``fabric.instance_info().handover_target``) emits nothing until
   ``__fabric_resume__(position)``, then emits from ``position + 1`` (waiting for that tick's
   time, or catching up when it is already past).
 - ``__fabric_ready__()`` (after ``ready_delay_s``) returns a payload; ``__fabric_cut__(payload)``
   (after ``cut_delay_s``) picks ``stop_at = tick now + lead_ticks``, keeps emitting through it and
   stops there, and returns it; ``__fabric_stop__()`` waits (at most 2 s) until a cut's ``stop_at``
-  was written, then stops the thread. The delays let tests overrun a phase's deadline.
+  was written, then stops the thread once it wrote every tick due until the stop (a thread the
+  machine starved for a moment catches up first, so a hole is never the writer's own lag). The
+  delays let tests overrun a phase's deadline.
 
 ``Emitter`` is the schedule without threads or Ray (the clock is an argument), tested in
 milliseconds.
@@ -81,7 +85,8 @@ class Emitter:
         self.next_tick = int(tick)
 
     def start_now(self, now: float) -> None:
-        self.start(self.tick_at(now))
+        """Emit from the first tick due after ``now``."""
+        self.start(self.tick_at(now) + 1)
 
     def cut(self, now: float, lead_ticks: int) -> int:
         """Stop after ``tick now + lead_ticks``; returns that tick. A second cut keeps the first's."""
@@ -149,7 +154,7 @@ class CounterJob:
         self._emitter = Emitter(float(period_ms) / 1000.0, 0.0 if epoch is None else float(epoch))
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._stopped = threading.Event()
+        self._stop_time: float | None = None
         self._written = threading.Condition(self._lock)
         self._writer = _writer_name()
         os.makedirs(out_dir, exist_ok=True)
@@ -162,28 +167,34 @@ class CounterJob:
 
     # -- the emitting thread --------------------------------------------------------------------
     def _run(self) -> None:
-        while not self._stopped.is_set():
+        while True:
             self._wake.clear()
             with self._lock:
-                now = self._clock()
+                stop_time = self._stop_time
+                stopping = stop_time is not None
+                # a stop asked at T: every tick due up to T was this instance's output (a thread
+                # the machine starved writes them now), none after it
+                now = self._clock() if stop_time is None else min(self._clock(), stop_time)
                 for tick in self._emitter.pump(now):
                     self._file.write(f"{tick}\n")
                     self._file.flush()
                 if self._emitter.done:
                     self._written.notify_all()
+                if stopping:
+                    self._file.close()
+                    self._written.notify_all()
+                    return
                 wait = self._emitter.wait_s(now)
             if wait > 0:
                 self._wake.wait(wait)
-        with self._lock:
-            self._written.notify_all()
 
     def _close(self) -> None:
-        self._stopped.set()
+        """Stop emitting as of now (the ticks due until now are written first)."""
+        with self._lock:
+            if self._stop_time is None:
+                self._stop_time = self._clock()
         self._wake.set()
         self._thread.join(timeout=STOP_WAIT_S)
-        with self._lock:
-            if not self._file.closed:
-                self._file.close()
 
     # -- the fabric's hooks ---------------------------------------------------------------------
     def __fabric_ready__(self) -> dict[str, Any]:
@@ -207,7 +218,7 @@ class CounterJob:
     def __fabric_stop__(self) -> None:
         deadline = time.monotonic() + STOP_WAIT_S
         with self._lock:
-            while self._emitter.stop_at is not None and not self._emitter.done and not self._stopped.is_set():
+            while self._emitter.stop_at is not None and not self._emitter.done and self._stop_time is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

@@ -98,17 +98,18 @@ def test_a_bad_period_is_refused(tmp_path):
 # -- the emitter's schedule ------------------------------------------------------------------------------
 def test_a_late_wake_up_writes_the_ticks_it_skipped():
     e = Emitter(period_s=0.01, epoch=100.0)
-    e.start_now(100.0)
-    assert e.pump(100.0) == [0]
-    assert e.pump(100.005) == []
-    assert e.pump(100.047) == [1, 2, 3, 4]  # woke 30 ms late: the skipped ticks too, in order
+    e.start_now(100.001)
+    assert e.pump(100.001) == [] and e.next_tick == 1  # from the first tick due after the start
+    assert e.pump(100.01) == [1]
+    assert e.pump(100.015) == []
+    assert e.pump(100.047) == [2, 3, 4]  # woke 20 ms late: the skipped ticks too, in order
     assert e.pump(100.047) == []
     assert e.wait_s(100.047) == pytest.approx(0.003)
 
 
 def test_a_cut_stops_after_lead_ticks_and_a_second_cut_keeps_the_first():
     e = Emitter(period_s=0.01)
-    e.start_now(1.0)
+    e.start(100)
     e.pump(1.0)
     assert e.cut(1.0, lead_ticks=3) == 103
     assert e.cut(1.5, lead_ticks=3) == 103
@@ -176,3 +177,16 @@ def test_a_stop_then_start_by_hand_leaves_one_gap_and_never_two_writers(tmp_path
     r = analyze(str(tmp_path), period_ms=1.0)
     assert len(r.gaps) == 1 and r.gaps[0][0] == stopped_at + 1 and r.gap_ms >= 19.0
     assert (r.duplicates, r.overlap_writers) == (0, 1)
+
+
+def test_a_stop_writes_every_tick_due_until_it_even_from_a_thread_that_lagged(tmp_path):
+    job = CounterJob(str(tmp_path), period_ms=10.0)
+    with job._lock:  # drive its clock by hand: the thread sees nothing due, then 6 ticks at once
+        base = job._emitter.next_tick
+        fake = [job._emitter.due_at(base) - 0.045]  # nothing due for 45 ms: the thread sleeps
+        job._clock = lambda: fake[0]
+    time.sleep(0.02)
+    fake[0] = job._emitter.due_at(base + 5) + 0.0001
+    job.__fabric_stop__()  # whether or not the thread woke in between, the stop writes base..base+5
+    ticks = read_ticks(str(tmp_path / f"{safe_file_name(job.writer())}.ticks"))
+    assert ticks[-6:] == list(range(base, base + 6)) and ticks == list(range(ticks[0], base + 6))
