@@ -115,7 +115,12 @@ class DrainRunner:
         return stopped
 
     def withdraw(self, node_id: str) -> DrainState | None:
-        """An uncordon: the drain (and a notice) is withdrawn; its migrations in flight run on."""
+        """An uncordon: the drain (and a notice) is withdrawn; its migrations in flight run on. Once
+        Ray accepted to drain the node there is no undrain: ``TransitionError``."""
+        last = self.drains.status(node_id)
+        if last is not None and last.ray_drain == "accepted":
+            raise TransitionError(f"node {node_id[:12]}", "drained", "active",
+                                  "Ray drained it (there is no undrain): it stays cordoned until it goes")
         self.interruptions.pop(node_id, None)
         self.jobs.preempting.discard(node_id)
         self.asks.pop(node_id, None)
