@@ -152,6 +152,13 @@ class DrainRunner:
                     self._stop_on_node(job_id, action.node_id, reason=f"still on {action.node_id[:12]} at the drain's timeout")
                 self.jobs.persist()
                 self.jobs._soon()
+            elif isinstance(action, AskRayToDrain) and not self.settings.drain.ask_ray and action.reason != "PREEMPTION":
+                d = self.drains.get(action.node_id)
+                if d is not None:  # the operator keeps drains reversible: Ray is not asked
+                    d.ray_answered(True, "Ray not asked (drain.ask_ray is false)", now)
+                    d.ray_drain = "not asked"
+                    self.drains.sweep()
+                    d_state = d.snapshot()
             elif isinstance(action, AskRayToDrain):
                 self.asks[action.node_id] = action
             if d_state is not None:

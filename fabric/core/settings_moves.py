@@ -74,3 +74,7 @@ class DrainSettings(_Model):
     """A rebalance recommendation's drain timeout without a deadline."""
     interruption_margin_s: NonNegFloat = 30.0
     """With a deadline, the drain's timeout is ``deadline - now - interruption_margin_s`` (never below 0)."""
+    ask_ray: bool = True
+    """Ask Ray to drain a node the fabric emptied (``drain_node``; Ray has no undrain, and an idle
+    node it drains goes away). False: the fabric's cordon only, so an uncordon brings the node back.
+    A reclaim notice always tells Ray (PREEMPTION)."""

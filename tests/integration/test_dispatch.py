@@ -28,7 +28,8 @@ pytestmark = pytest.mark.integration
 
 PROFILES = ["gpu-cuda-workstation", "steamdeck-apu", "cpu-only-box", "edge-relay"]
 SLOTS = {"gpu-cuda-workstation": 2, "steamdeck-apu": 2, "cpu-only-box": 2, "edge-relay": 1}
-SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0,
+SETTINGS = {"drain": {"ask_ray": False},  # these drains are withdrawn later: Ray has no undrain
+            "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0,
                        "monitor_interval_s": 0.25}}
 
 

@@ -45,7 +45,8 @@ SLOTS = 2
 FLEET_SLOTS = SLOTS * (len(PROFILES) + 2)
 BURST = 10 * FLEET_SLOTS
 TICK_S = 0.25
-SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "drain_grace_s": 120.0,
+SETTINGS = {"drain": {"ask_ray": False},  # these drains are withdrawn later: Ray has no undrain
+            "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "drain_grace_s": 120.0,
                        "monitor_interval_s": TICK_S, "join_timeout_s": 60.0, "reprobe_interval_s": 600.0,
                        "flap_toggles": 50}}
 A4000 = "NVIDIA RTX A4000"
