@@ -110,6 +110,11 @@ def down(timeout_s: float = 30.0) -> list[str]:
     if not driver.is_initialized():
         return []
     names = driver.named_actors()
+    if SCHEDULER in names:  # migrations in flight are rolled back (or marked lost) within their 5 s grace
+        try:
+            driver.get(driver.get_actor(SCHEDULER).close_migrations.remote(5.0), min(timeout_s, 10.0))
+        except Exception as exc:
+            print(f"[fabric.down] closing migrations failed: {type(exc).__name__}: {exc}")
     if SCHEDULER in names:  # the nodes providers made go first, while the scheduler that made them is up
         try:
             driver.get(driver.get_actor(SCHEDULER).close_providers.remote(), timeout_s)
