@@ -10,7 +10,10 @@ transcodes (the ``imageio-ffmpeg`` wheel's static binary; a CPU kernel where it 
 3. the workstation rejoins: the fabric absorbs it and work returns to the best tier;
 4. a bundle of two long-running encoder jobs (a primary and its backup, kept on different nodes)
    produces frames while the primary's node is killed: the fabric recovers the primary on another
-   node, the backup never stops; it prints how long the primary was down and where it came back.
+   node, the backup never stops; it prints how long the primary was down and where it came back;
+5. the workstation is drained mid-stream: its encoder job (a frame every 10 ms, counted by the job
+   itself) moves to another node by handover, without a gap or a repeated frame, and Ray drains
+   the emptied node.
 
 For each phase it prints where the work ran by tier, the fallbacks taken, and that nothing was
 lost; for each event it caused (the kill, the rejoin) one line with what it measured. Ray's own
@@ -343,8 +346,10 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
     # heartbeats: on a small machine busy with transcodes a live node's heartbeat can be 2 s
     # late, and a false loss and recovery count two toggles towards flap damping, which then
     # holds the rejoined workstation off in phase 3 (seen in 2 of 5 runs with 2 s).
+    # The workstation is lost twice on purpose (phases 2 and 4) and rejoins twice (3 and 5): four
+    # status toggles, which the default flap damping (3) would hold off placement in phase 5.
     settings = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 8.0, "drain_grace_s": 5.0,
-                           "monitor_interval_s": 0.25}}
+                           "monitor_interval_s": 0.25, "flap_toggles": 6}}
     with LocalFabric(nodes=DEMO_PROFILES, settings=settings, max_slots=args.slots) as lf:
         handle = lf.handle
         log.move_into(lf.cluster.head_node.get_logs_dir_path())
@@ -395,9 +400,11 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
             say(f"fallbacks taken: {handle.fallback_count - before}    lost: {lost}")
         heading("==> phase 4. a bundle's primary encoder loses its node")
         kept = bundle_phase(lf, handle, say)
+        heading(f"==> phase 5. {KILLED} drained mid-stream")
+        moved = drain_phase(lf, handle, say)
         heading(f"==> done in {time.time() - t0:.1f} s: {3 * args.tasks} calls, {lost_total} lost"
-                f"{'' if kept else '; the bundle stopped producing'}")
-        return 0 if lost_total == 0 and kept else 1
+                f"{'' if kept else '; the bundle stopped producing'}{'' if moved else '; the drain lost frames'}")
+        return 0 if lost_total == 0 and kept and moved else 1
 
 
 def bundle_phase(lf: Any, handle: Any, say: Callable[[str], None], frames_s: float = 0.1) -> bool:
@@ -473,6 +480,48 @@ def bundle_phase(lf: Any, handle: Any, say: Callable[[str], None], frames_s: flo
     say(f"the bundle's longest gap in output: {gap:.1f} s; primary restarts in the last hour: {restarts}")
     handle.delete_bundle("channel-1")
     return backup_during > 0
+
+
+def drain_phase(lf: Any, handle: Any, say: Callable[[str], None]) -> bool:
+    """An encoder job on the workstation writes a frame every 10 ms (counted by the job itself);
+    the workstation is drained with the handover strategy; says where the job went, how long the
+    move took, the frames' gap and repeats, and Ray's answer. True when no frame was lost or repeated."""
+    from fabric import adaptive
+    from fabric.testing.counter import CounterJob
+    from fabric.testing.counter_report import analyze
+
+    import ray
+
+    from fabric.core.names import NAMESPACE, SCHEDULER
+
+    if not lf.node(KILLED).alive:
+        lf.add_node(KILLED, profile=KILLED)
+    sched = ray.get_actor(SCHEDULER, namespace=NAMESPACE)
+    lf.wait_until(lambda: any(r.name == KILLED and r.placeable for r in ray.get(sched.nodes.remote())),
+                  f"the scheduler to take {KILLED}", timeout_s=60)
+    encoder = adaptive.remote(min_tier="gpu_cuda", floor=FLOOR, num_cpus=0.1, call_timeout_s=60)(CounterJob)
+    frames = tempfile.mkdtemp(prefix="fabric-demo-frames-")
+    job = encoder.remote(frames, period_ms=10.0).wait_running(120)
+    names = {r.node_id: r.name for r in handle.nodes()}
+    node = handle.job(job.job_id).node_id
+    say(f"encoder job on {names.get(node, node[:8])}, writing a frame every 10 ms")
+    time.sleep(2.0)
+    started = time.time()
+    handle.drain(node, timeout_s=60, strategy="handover")
+    state = lf.wait_until(lambda: (lambda d: d if d is not None and d.terminal else None)(handle.drain_status(node)),
+                          "the drain to end", timeout_s=120)
+    moved_s = time.time() - started
+    time.sleep(1.0)
+    where = handle.job(job.job_id).node_id
+    job.stop()
+    report = analyze(frames, 10.0, start=int((started - 1.0) * 100))
+    fresh = {r.node_id: r.name for r in handle.nodes()}
+    statuses = ", ".join(sorted({j.status.value for j in state.jobs.values()})) or "no jobs"
+    say(f"drained {names.get(node, node[:8])} ({state.phase.value}, jobs {statuses}, in {moved_s:.1f} s); the encoder "
+        f"now runs on {fresh.get(where, (where or '?')[:8])}; Ray's drain: {state.ray_drain or 'not asked'}")
+    say(f"frames around the move: {report.ticks}, gap {report.gap_ms:.0f} ms, repeated {report.duplicates}, "
+        f"writers {report.writers}")
+    return state.phase.value == "done" and report.gap_ms == 0 and report.duplicates == 0
 
 
 def rejoin(lf: Any, handle: Any, transcode: Any, clip_ref: Any, name_of: dict[str, str], fleet_maps: Callable) -> str:

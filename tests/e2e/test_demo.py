@@ -63,6 +63,13 @@ def test_demo_runs_four_phases_and_loses_nothing():
     assert int(moved.group(4)) > 0
     assert re.search(r"primary restarts in the last hour: 1$", text, re.M)
 
+    # phase 5: the workstation drained mid-stream; the encoder moved by handover, no frame lost or repeated
+    assert "5. gpu-cuda-workstation drained mid-stream" in text
+    assert "encoder job on gpu-cuda-workstation" in text
+    assert re.search(r"^    drained gpu-cuda-workstation \(done, jobs migrated, in \d+\.\d s\); the encoder now runs on "
+                     r"(?!gpu-cuda-workstation)\S+; Ray's drain: accepted$", text, re.M), text[-2000:]
+    assert re.search(r"^    frames around the move: \d+, gap 0 ms, repeated 0, writers 2$", text, re.M), text[-2000:]
+
     # Ray's output went to the session's log folder instead of nowhere.
     where = re.search(r"Ray's own output: (\S+) \(this driver's: (\S+)\)", text)
     assert where, text
