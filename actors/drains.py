@@ -31,7 +31,7 @@ from typing import Any
 from fabric.core.errors import FabricError, TransitionError
 from fabric.core.jobs import JobState
 from fabric.core.jobs.drains import (
-    AskRayToDrain, DrainState, ForceStop, JobDrainStatus, NodeDrains, NodeInterruptionState, interruption_timeout,
+    FINAL_JOB_STATUSES, AskRayToDrain, DrainState, ForceStop, JobDrainStatus, NodeDrains, NodeInterruptionState, interruption_timeout,
 )
 from fabric.core.jobs.migration import MigrationPhase, MigrationStrategy
 from fabric.core.jobs.rebalance import Candidate, choose
@@ -186,6 +186,8 @@ class DrainRunner:
                 self._move(d, job_id)
 
     def _move(self, d: Any, job_id: str) -> None:
+        if d.terminal or d.job(job_id).status in FINAL_JOB_STATUSES:  # a tick moved it on meanwhile
+            return
         self._retry_at[(d.node_id, job_id)] = self._now() + RETRY_S
         rec = self.jobs.book.jobs.get(job_id)
         running = self.jobs.moves.book.for_job(job_id)

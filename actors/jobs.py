@@ -154,25 +154,34 @@ class JobRunner(BundleOps):
         if rec is None:
             return []
         ctx = ins.context if ins.context is not None else self.book.context(rec, self._where)
-        s = PlaceRequested(ins.requirement, ctx)
+        got = self.engine_place(rec, ins.requirement, ctx, {"recovering": rec.recovering})
+        if isinstance(got, str):
+            return self.book.unplaced(ins.job_id, got, now)
+        a, key = got
+        return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self._where)
+
+    def engine_place(self, rec: JobRecord, req: Any, ctx: Any, event: dict) -> tuple[Any, str] | str:
+        """Place one instance of ``rec``'s job through the scheduler's core (carrying out what the
+        placement opened: a provision, queued calls it placed). The assignment and a fresh instance
+        key, with a ``placement_decision`` event (plus ``event``'s fields); or why it was not placed."""
+        s = PlaceRequested(req, ctx)
         try:
             out = self.scheduler.core.handle(s)
             carry_out = getattr(self.scheduler, "_carry_out", None)
-            if carry_out is not None:  # a provision the placement opened, queued calls it placed...
+            if carry_out is not None:
                 carry_out(out)
             a = reply(out, s.stimulus_id)
         except Exception as exc:  # a requirement the settings refuse, a hard one nobody serves
             self.counters["placements_failed"] += 1
-            return self.book.unplaced(ins.job_id, f"{type(exc).__name__}: {exc}", now)
+            return f"{type(exc).__name__}: {exc}"
         if a is None or a.status != "assigned":
-            return self.book.unplaced(ins.job_id, getattr(a, "reason", "no capacity") or "no capacity", now)
+            return getattr(a, "reason", "no capacity") or "no capacity"
         key = instance_key(rec.replica, uuid.uuid4().hex[:8])
         self._gpus[key] = a.ray_gpus
-        self.emit("placement_decision", {"job_id": ins.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
+        self.emit("placement_decision", {"job_id": rec.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
                                          "node_id": a.node_id, "node": a.node_name, "tier": str(a.tier),
-                                         "fallback_levels": a.fallback_levels, "reason": a.reason,
-                                         "recovering": rec.recovering})
-        return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self._where)
+                                         "fallback_levels": a.fallback_levels, "reason": a.reason, **event})
+        return a, key
 
     def _where(self, node_id: str) -> tuple[str | None, str | None] | None:
         rec = self.scheduler.core.fleet.get(node_id)

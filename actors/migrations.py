@@ -26,12 +26,11 @@ from typing import Any
 
 from fabric.core.errors import JobNotFoundError, MigrationError
 from fabric.core.jobs import JobState
-from fabric.core.jobs.book import instance_key
 from fabric.core.jobs.migration import (
     AskReady, BeginTarget, Complete, CreateTarget, Cut, Migration, MigrationBook, MigrationPhase, MigrationState,
     MigrationStrategy, Orphaned, PhaseEvent, PlaceTarget, Resume, RollBack, StopSource, StopTarget,
 )
-from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
+from fabric.core.scheduling import SlotsReleased
 
 HANDOVER_HOOKS = ("__fabric_ready__", "__fabric_cut__", "__fabric_resume__")
 STOP_GRACE_S = 10.0
@@ -213,26 +212,10 @@ class MigrationRunner:
         ctx = r.book.context(rec, r._where, target_node=ins.target_node, exclude=[ins.source_node])
         ctx = replace(ctx, recovering=False, on_runtime_failure="avoid_spare", launch_policy="allow_spare",
                       override_reservation=ctx.override_reservation or ins.override_reservation)
-        s = PlaceRequested(rec.spec.requirement, ctx)
-        try:
-            out = r.scheduler.core.handle(s)
-            carry = getattr(r.scheduler, "_carry_out", None)
-            if carry is not None:
-                carry(out)
-            a = reply(out, s.stimulus_id)
-        except Exception as exc:
-            return m.target_unplaced(f"{type(exc).__name__}: {exc}", now)
-        if a is None or a.status != "assigned":
-            reason = getattr(a, "reason", "") or "no capacity"
-            if a is not None and a.allocation_id is not None:  # queued: give its hold back
-                r.scheduler._handle(SlotsReleased((a.allocation_id,)))
-            return m.target_unplaced(reason, now)
-        key = instance_key(rec.replica, uuid.uuid4().hex[:8])
-        r._gpus[key] = a.ray_gpus
-        r.emit("placement_decision", {"job_id": m.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
-                                      "node_id": a.node_id, "node": a.node_name, "tier": str(a.tier),
-                                      "fallback_levels": a.fallback_levels, "reason": a.reason,
-                                      "migration_id": m.migration_id})
+        got = r.engine_place(rec, rec.spec.requirement, ctx, {"migration_id": m.migration_id})
+        if isinstance(got, str):
+            return m.target_unplaced(got, now)
+        a, key = got
         return m.target_placed(a.node_id, a.allocation_id, key, now)
 
     def _spawn(self, m: Migration, coro: Any, key: str | None = None) -> None:

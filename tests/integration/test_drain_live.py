@@ -176,6 +176,9 @@ def test_a_spot_notice_moves_both_jobs_before_its_deadline_and_tells_ray_preempt
     notice = lf.handle.handle_node_interruption(node, kind="spot-interruption", deadline=deadline)
     assert notice.kind == "spot-interruption" and notice.drain.force and notice.drain.interruption == "spot-interruption"
     assert notice.drain.timeout_s <= 10.5  # 40 s less the 30 s margin
+    sooner = lf.handle.handle_node_interruption(node, kind="spot-interruption", deadline=deadline - 5)
+    if sooner.drain.started == notice.drain.started:  # the same drain, still in progress: tightened
+        assert sooner.drain.deadline < notice.drain.deadline
     final = drain_done(lf, node)
     assert time.time() < deadline
     assert {v.status.value for v in final.jobs.values()} == {"migrated"} and final.ray_drain == "accepted", final

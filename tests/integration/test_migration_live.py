@@ -206,3 +206,57 @@ def test_a_second_migration_addresses_the_instance_the_first_moved_to(lf, tmp_pa
         assert job.result(job.where.remote(), timeout_s=60) == m2.target_node
     finally:
         job.stop()
+
+
+def test_closing_the_fabric_rolls_back_what_is_in_flight_within_its_grace(lf, tmp_path):
+    """What ``fabric.down()`` does first (``close_migrations``, 5 s grace), on a saga waiting for
+    a slow ``__fabric_ready__``: it is rolled back and the source keeps writing."""
+    job = start(lf, tmp_path, ready_delay_s=SLOW_S)
+    try:
+        key = lf.handle.job(job.job_id).instance_key
+        mid = lf.handle.migrate_job(job.job_id, strategy="handover")
+        wait_phase(lf, mid, "ready")
+        sched = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+        assert ray.get(sched.close_migrations.remote(5.0), timeout=30) == 1
+        state = lf.handle.migration(mid)
+        assert state.phase == "aborted" and "went down" in state.reason, (state.phase, state.reason)
+        assert lf.handle.job(job.job_id).state == JobState.RUNNING and lf.handle.job(job.job_id).instance_key == key
+        src = writer(job.job_id, key)
+        seen = last_of(tmp_path, src)
+        lf.wait_until(lambda: last_of(tmp_path, src) > seen + 20, "the source still writing", timeout_s=30)
+    finally:
+        job.stop()
+
+
+class RefusesElsewhere(CounterJob):
+    """A CounterJob whose later instances refuse their spec (the marker file exists by then)."""
+
+    def __init__(self, out_dir: str, marker: str, **kwargs) -> None:
+        import os
+
+        from fabric import InvalidSpecError
+
+        if os.path.exists(marker):
+            raise InvalidSpecError("this node's build cannot run the channel")
+        open(marker, "w").close()
+        super().__init__(out_dir, **kwargs)
+
+
+Refuser = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60)(RefusesElsewhere)
+
+
+def test_a_target_that_refuses_its_spec_aborts_and_the_source_keeps_running(lf, tmp_path):
+    out = tmp_path / "out"
+    job = Refuser.remote(str(out), str(tmp_path / "marker"), period_ms=PERIOD_MS)
+    job.wait_running(120)
+    try:
+        key = lf.handle.job(job.job_id).instance_key
+        state = settle(lf, lf.handle.migrate_job(job.job_id, strategy="overlap"))
+        assert state.phase == "aborted" and "invalid spec" in state.reason, (state.phase, state.reason)
+        status = lf.handle.job(job.job_id)
+        assert status.state == JobState.RUNNING and status.instance_key == key
+        src = writer(job.job_id, key)
+        seen = last_of(out, src)
+        lf.wait_until(lambda: last_of(out, src) > seen + 20, "the source still writing", timeout_s=30)
+    finally:
+        job.stop()
