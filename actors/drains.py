@@ -31,9 +31,10 @@ from typing import Any
 from fabric.core.errors import FabricError, TransitionError
 from fabric.core.jobs import JobState
 from fabric.core.jobs.drains import (
-    FINAL_JOB_STATUSES, AskRayToDrain, DrainState, ForceStop, JobDrainStatus, NodeDrains, NodeInterruptionState, interruption_timeout,
+    FINAL_JOB_STATUSES, AskRayToDrain, DrainState, ForceStop, JobDrainStatus, NodeDrainPhase, NodeDrains, NodeInterruptionState, interruption_timeout,
 )
-from fabric.core.jobs.migration import MigrationPhase, MigrationStrategy
+from fabric.core.jobs.migration import MigrationPhase
+from fabric.core.names import HEALTH
 from fabric.core.jobs.rebalance import Candidate, choose
 from fabric.core.placement import dry_run
 from fabric.core.scheduling import Cordoned, DrainRequested
@@ -228,7 +229,7 @@ class DrainRunner:
         accepted, message = False, "no Ray seam"
         try:
             if ask.reason == "IDLE_TERMINATION":  # Ray counts the probe actor as work: it leaves first
-                health = adapter.get_actor(_health_name())
+                health = adapter.get_actor(HEALTH)
                 if health is not None:
                     await health.release_node.remote(ask.node_id)
             for attempt in range(IDLE_RETRIES if ask.reason == "IDLE_TERMINATION" else 1):
@@ -251,12 +252,10 @@ class DrainRunner:
 
     def node_lost(self, node_id: str) -> None:
         d = self.drains.get(node_id)
-        if d is not None and not d.terminal and d.phase.value != "draining":
+        if d is not None and d.phase is not NodeDrainPhase.DRAINING:  # once Ray was asked, its answer ends it
             state = self.drains.fail(node_id, "the node left the fleet", self._now())
             if state is not None:
                 self.jobs.emit("drain_progress", state.as_dict())
-        elif d is not None and d.phase.value == "draining" and node_id not in self.asks:
-            pass  # Ray took it down after the drain: its answer (or the loss) ends the drain
         self.interruptions.pop(node_id, None)
 
     # -- rebalance ----------------------------------------------------------------------------------------
@@ -309,10 +308,4 @@ class DrainRunner:
                                               "min_tier": str(rec.spec.requirement.min_tier)})
 
 
-def _health_name() -> str:
-    from fabric.core.names import HEALTH
-
-    return HEALTH
-
-
-__all__ = ["DrainRunner", "MigrationStrategy"]
+__all__ = ["DrainRunner"]

@@ -172,18 +172,18 @@ class MigrationRunner:
             elif isinstance(ins, PlaceTarget):
                 self.carry_out(m, self._place(m, ins))
             elif isinstance(ins, CreateTarget):
-                self._spawn(m, self._create(m, ins))
+                self._spawn(m, self._create(m, ins), "create")
             elif isinstance(ins, AskReady):
-                self._spawn(m, self._ready(m))
+                self._spawn(m, self._ready(m), "ready")
             elif isinstance(ins, Cut):
-                self._spawn(m, self._cut(m))
+                self._spawn(m, self._cut(m), "cut")
             elif isinstance(ins, Resume):
-                self._spawn(m, self._resume(m))
+                self._spawn(m, self._resume(m), "resume")
             elif isinstance(ins, StopSource):
                 self.ignored.add(ins.instance_key)
-                self._spawn(m, self._stop_source(m, ins), key=f"{m.migration_id}:stop")
+                self._spawn(m, self._stop_source(m, ins), "stop-kill" if ins.kill else "stop")
             elif isinstance(ins, BeginTarget):
-                self._spawn(m, self._begin(m))
+                self._spawn(m, self._begin(m), "begin")
             elif isinstance(ins, StopTarget):
                 self._stop_target(m, ins)
             elif isinstance(ins, Complete):
@@ -218,12 +218,10 @@ class MigrationRunner:
         a, key = got
         return m.target_placed(a.node_id, a.allocation_id, key, now)
 
-    def _spawn(self, m: Migration, coro: Any, key: str | None = None) -> None:
-        key = key or m.migration_id
+    def _spawn(self, m: Migration, coro: Any, step: str) -> None:
+        """Run one step of the saga on the event loop (kept until it ends, for ``close``)."""
+        key = f"{m.migration_id}:{step}"
         task = asyncio.get_event_loop().create_task(coro)
-        old = self.tasks.get(key)
-        if old is not None and not old.done() and key.endswith(":stop"):
-            old.cancel()
         self.tasks[key] = task
 
         def done(t: asyncio.Task, key: str = key) -> None:

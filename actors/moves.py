@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from fabric.core.errors import MessageError, MigrationError
+from fabric.core.jobs.drains import INTERRUPTION_KINDS
+from fabric.core.jobs.migration import MigrationStrategy
 from fabric.core.scheduling import messages as msg
 
 
@@ -62,8 +64,8 @@ class SchedulerMoves:
         timeout_s = None if timeout_s is None else msg.read_seconds("timeout_s", timeout_s, allow_zero=True)
         if not isinstance(force, bool):
             raise MessageError("force", "must be true or false", type(force).__name__)
-        if strategy is not None and strategy not in {s.value for s in _strategies()}:
-            raise MessageError("strategy", f"must be one of {', '.join(s.value for s in _strategies())}", strategy)
+        if strategy is not None and strategy not in {s.value for s in MigrationStrategy}:
+            raise MessageError("strategy", f"must be one of {', '.join(s.value for s in MigrationStrategy)}", strategy)
         return await self._drains().drain(node_id, timeout_s, force, strategy)
 
     def drain_status(self, node: str) -> Any:
@@ -75,8 +77,6 @@ class SchedulerMoves:
 
     async def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: float | None = None) -> Any:
         """A provider's reclaim notice: a forced drain sized to ``deadline`` (epoch seconds)."""
-        from fabric.core.jobs.drains import INTERRUPTION_KINDS
-
         node_id = self._node(node)
         if kind not in INTERRUPTION_KINDS:
             raise MessageError("kind", f"must be one of {', '.join(INTERRUPTION_KINDS)}", kind)
@@ -98,12 +98,6 @@ class SchedulerMoves:
         if self.jobs is None:
             return 0
         return await self._moves().close(msg.read_seconds("grace_s", grace_s, allow_zero=True))
-
-
-def _strategies() -> Any:
-    from fabric.core.jobs.migration import MigrationStrategy
-
-    return MigrationStrategy
 
 
 __all__ = ["SchedulerMoves", "MigrationError"]

@@ -235,3 +235,12 @@ def test_a_lost_node_skips_the_jobs_a_migration_owns():
     book = _book_with_running_job()
     assert book.node_lost("src", 3.0, skip={"j"}) == [] and book.jobs["j"].state.value == "running"
     assert book.node_lost("src", 3.0) and book.jobs["j"].state.value == "recovering"
+
+
+def test_a_source_reported_ended_twice_moves_the_saga_once():
+    book, m, _ = start(S.STOP_THEN_START)
+    walk_to_target(m)
+    m.target_prepared(2.0)
+    m.expire(40.0)  # the graceful stop took too long: a kill is sent as well
+    assert kinds(m.source_ended(40.5)) == ["BeginTarget"]
+    assert m.source_ended(40.6) == [] and m.phase is P.STARTING_TARGET  # the graceful stop's late report

@@ -353,10 +353,12 @@ class Migration:
 
     def source_ended(self, now: float) -> list[Instruction]:
         """The source instance is gone. Stopped on purpose: go on. Died before the point of no
-        return: roll back (the job recovers by its policy, as for any death)."""
-        self.source_stopped = True
-        if self.terminal:
+        return: roll back (the job recovers by its policy, as for any death). Told twice (a
+        graceful stop and the kill that finished it), the second changes nothing."""
+        if self.source_stopped or self.terminal:
+            self.source_stopped = True
             return []
+        self.source_stopped = True
         if self.phase is P.STOPPING_SOURCE:
             if self.strategy is S.STOP_THEN_START:
                 return self._go(P.STARTING_TARGET, now, "source stopped") + [BeginTarget(self.migration_id, self.job_id)]
