@@ -365,6 +365,7 @@ class JobRunner(BundleOps):
         self.resumed = True
         now = self.clock()
         out: list[Instruction] = list(self.moves.resume())
+        self._sweep_strays()
         for rec in self.book.bound():
             b = rec.binding
             assert b is not None
@@ -380,6 +381,28 @@ class JobRunner(BundleOps):
             self._spawn(self._watch(rec.job_id, b.instance_key, handle, starting=rec.state == JobState.STARTING),
                         b.instance_key)
         self._apply(out)
+
+    def _sweep_strays(self) -> None:
+        """After a restart: instances no job is bound to (a migration's target, a start the old
+        scheduler abandoned) are killed, so no job ever runs twice."""
+        listing = getattr(self.launcher, "instances", None)
+        if listing is None:
+            return
+        try:
+            live = listing()
+        except Exception as exc:
+            print(f"[fabric.jobs] listing instances failed: {type(exc).__name__}: {exc}")
+            return
+        for job_id, keys in live.items():
+            rec = self.book.jobs.get(job_id)
+            keep = rec.binding.instance_key if rec is not None and rec.binding is not None else None
+            for key in keys:
+                if key != keep:
+                    handle = self.launcher.find(job_id, key)
+                    if handle is not None:
+                        self.launcher.kill(handle)
+                        self.emit("instance_swept", {"job_id": job_id, "instance_key": key,
+                                                     "reason": "bound to no job after a scheduler restart"})
 
     def _reserve_again(self, rec: JobRecord) -> None:
         """A live instance found after a restart holds its slot again in the core (pinned)."""

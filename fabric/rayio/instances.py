@@ -233,6 +233,18 @@ class InstanceLauncher:
         except ValueError:
             return None
 
+    def instances(self) -> dict[str, list[str]]:
+        """Every job instance alive in the cluster: job id -> instance keys (from the named actors)."""
+        out: dict[str, list[str]] = {}
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name, namespace = entry.get("name", ""), entry.get("namespace", "")
+            if namespace != self.namespace or not name.startswith(names.JOB_PREFIX):
+                continue
+            job_id, _, key = name[len(names.JOB_PREFIX):].rpartition(".")
+            if job_id and key:
+                out.setdefault(job_id, []).append(key)
+        return out
+
     def kill(self, handle: Any) -> None:
         try:
             ray.kill(handle, no_restart=True)

@@ -302,3 +302,49 @@ def test_a_node_of_a_spot_pool_tier_is_interruptible_capacity(tmp_path):
         assert [sched.jobs._interruptible(n) for n in ("n-spot", "n-res", "n1")] == [True, False, False]
 
     asyncio.run(go())
+
+
+class ListingLauncher(FakeLauncher):
+    def instances(self):
+        out = {}
+        for job_id, key in self.live:
+            out.setdefault(job_id, []).append(key)
+        return out
+
+
+def test_a_restarted_runner_rolls_a_migration_back_and_kills_the_target_it_left(tmp_path):
+    from fabric.core.jobs.book import Binding
+
+    clock, launcher = Clock(), ListingLauncher()
+
+    async def first_life():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        job_id = sched.jobs.submit(SPEC, b"cls", b"args")
+        sched.jobs.tick()
+        await settle()
+        launcher.started[0].__fabric_started__.futures[0].set_result(None)
+        await settle()
+        runner = sched.jobs
+        rec = runner.book.job(job_id)
+        runner.book.migrating(job_id, clock(), "migrating (overlap)")  # a saga in flight when the process died
+        runner.persist()
+        stray = launcher.start(job_id, "primary@7a7a7a7a", "n2", b"cls", b"args", None)  # its target, running
+        return job_id, rec.binding, stray
+
+    job_id, binding, stray = asyncio.run(first_life())
+
+    async def second_life():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        runner = sched.jobs
+        runner.tick()
+        await settle()
+        rec = runner.book.job(job_id)
+        assert rec.state == JobState.RUNNING and rec.binding.instance_key == binding.instance_key
+        assert stray.killed and (job_id, stray.key) not in launcher.live  # never two instances
+        assert not getattr(launcher.live[(job_id, binding.instance_key)], "killed", False)
+        assert [e for e in runner.events_since(0, ["instance_swept"]) if e["data"]["instance_key"] == stray.key]
+        assert isinstance(rec.binding, Binding) and runner.book.validate_state() == []
+
+    asyncio.run(second_life())
