@@ -218,6 +218,7 @@ class JobRunner(BundleOps):
             handle = await loop.run_in_executor(None, functools.partial(
                 self.launcher.start, job_id, b.instance_key, b.node_id, payload[0], payload[1], req, gpus))
         except Exception as exc:  # the class cannot be loaded here, or Ray refused the options
+            self.counters["dispatch_failed"] += 1  # placed, but no instance could be created
             self._apply(self.book.died(job_id, b.instance_key, self.clock(),
                                        invalid_spec=f"cannot start: {type(exc).__name__}: {exc}"))
             return
@@ -250,9 +251,11 @@ class JobRunner(BundleOps):
             try:
                 err = await asyncio.wait_for(handle.__fabric_started__.remote(), START_TIMEOUT_S)
             except asyncio.TimeoutError:  # the cluster's trouble, not the job's: not counted against its ceiling
+                self.counters["dispatch_failed"] += 1
                 self.launcher.kill(handle)
                 return self._died(job_id, key, True, f"did not come up within {START_TIMEOUT_S:g} s (not counted)")
-            except Exception as exc:
+            except Exception as exc:  # the instance died before it came up
+                self.counters["dispatch_failed"] += 1
                 fate = self.launcher.death(exc)
                 return self._died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc))
             if err is not None:

@@ -37,7 +37,7 @@ from fabric.core.scheduling import (
 )
 from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.core.settings import FabricSettings
-from fabric.rayio.metrics import MetricsSink, RayMetrics
+from fabric.rayio.metrics import MetricsExporter, MetricsSink, RayMetrics
 
 
 def stimulus_for(change: Any) -> Stimulus | None:
@@ -68,6 +68,10 @@ class Scheduler(SchedulerMoves):
         self.core = SchedulerCore(self.settings, clock=clock)
         self.feed = feed if feed is not None else FleetFeed(self.settings)
         self.metrics_sink: MetricsSink = metrics if metrics is not None else RayMetrics()
+        self.exporter = MetricsExporter(self.metrics_sink)
+        """``metrics()`` through the sink, every tick (counters as deltas)."""
+        self.tasks_dispatch_failed = 0
+        """Queued calls placed for a caller that had stopped waiting (placed, never started)."""
         self.tick_s = tick_s if tick_s is not None else min(self.settings.health.monitor_interval_s, 0.5)
         self._waiters: dict[str, asyncio.Future] = {}
         self._outsiders_sent: dict[str, Any] | None = None
@@ -107,6 +111,7 @@ class Scheduler(SchedulerMoves):
         self._sync_demand()
         if self.jobs is not None:
             self.jobs.tick()
+        self._export_gauges()
 
     async def _sync(self) -> None:
         """One poll of the feed, each change handed to the core as a stimulus."""
@@ -150,6 +155,7 @@ class Scheduler(SchedulerMoves):
                 if fut is not None and not fut.done():
                     fut.set_result(ins.assignment)
                 else:  # its caller stopped waiting: the core frees the slot
+                    self.tasks_dispatch_failed += 1
                     self._carry_out(self.core.handle(PlacementUnclaimed(
                         ins.request_id, ins.assignment.allocation_id, stimulus_id=ins.stimulus_id)))
             elif isinstance(ins, Expired):
@@ -183,7 +189,6 @@ class Scheduler(SchedulerMoves):
         hard requirement that no node serves. ``release``: the caller's idle leases, given back first."""
         req, idle = msg.read_requirement(req), msg.read_ids("release", release)
         await self._until_ready()
-        self.metrics_sink.count("fabric_placements", tags={"outcome": "attempted"}, description="placement calls")
         s = PlaceRequested(req, release=idle)
         out, _ = self._handle(s)
         return reply(out, s.stimulus_id)
@@ -253,11 +258,19 @@ class Scheduler(SchedulerMoves):
         return self.core.fallback_count
 
     def metrics(self) -> dict[str, Any]:
-        m = self.core.metrics()
-        m["uptime_s"] = round(time.time() - self._started, 3)
-        if self.jobs is not None:
-            m.update(self.jobs.metrics())
-        return m
+        """Seed 000's counters and per-pool gauges, per-tier figures (``metrics_view``)."""
+        from fabric.core.scheduling.metrics_view import metrics_view
+
+        jobs = self.jobs
+        bundles = getattr(getattr(jobs, "book", None), "bundles", None) or {}
+        return metrics_view(
+            self.core.metrics(), self.core.fleet.records(), jobs=jobs.metrics() if jobs is not None else None,
+            pools=[p.name for p in self.settings.pools], default_pool=self.core.fleet.default_pool,
+            spare_targets={e.pool: e.target_count for e in self.settings.hot_spares},
+            bundle_pools={bid: getattr(b.bundle, "pool", None) or self.core.fleet.default_pool for bid, b in bundles.items()},
+            tasks_dispatch_failed=self.tasks_dispatch_failed,
+            jobs_dispatch_failed=getattr(jobs, "counters", {}).get("dispatch_failed", 0),
+            uptime_s=time.time() - self._started)
 
     # -- long-running jobs (actors.jobs.JobRunner) --------------------------------------------------------
     def _runner(self) -> JobRunner:
@@ -495,13 +508,8 @@ class Scheduler(SchedulerMoves):
         return s.node_id
 
     def _export_gauges(self) -> None:
-        snap = self.core.metrics()
-        sink = self.metrics_sink
-        for tier, t in snap["tiers"].items():
-            sink.gauge("fabric_nodes", t["nodes"], tags={"tier": tier}, description="nodes per compute tier")
-            sink.gauge("fabric_utilization", t["utilization"], tags={"tier": tier}, description="running / slots per compute tier")
-        sink.gauge("fabric_fallbacks", snap["fallbacks"], description="placements made below their min_tier")
-        sink.gauge("fabric_queue_depth", snap["queue_depth"], description="calls waiting for capacity")
+        """``metrics()`` through the sink (every tick, and when the fleet changed): Ray's Prometheus endpoint."""
+        self.exporter.export(self.metrics())
 
 
 def _job_runner(scheduler: "Scheduler") -> JobRunner:

@@ -4,11 +4,17 @@ Prometheus endpoint), best effort.
 Actors take a sink through their constructors: ``RayMetrics`` in production, ``NullMetrics`` to
 export nothing, ``RecordingMetrics`` in unit tests (it keeps what was sent). A metric is made on
 first use, its tag keys from that call's tags; a Ray that cannot make or update one costs nothing
-but the metric (it is never an error for the caller)."""
+but the metric (it is never an error for the caller).
+
+``MetricsExporter`` sends the scheduler's ``metrics_view`` through a sink every tick: counters as
+deltas (the Prometheus counter equals the figure), gauges as values (``ray_`` prefix, and
+``_total`` on counters, on the head's ``MetricsExportPort``)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
+
+from fabric.core.scheduling.metrics_view import DESCRIPTIONS, series
 
 
 class MetricsSink(Protocol):
@@ -86,3 +92,31 @@ class RayMetrics:
                 metric.set(value, tags=dict(tags) if tags else None)
             except Exception:
                 pass
+
+
+class MetricsExporter:
+    """Sends a ``metrics_view`` dict to a sink (every scheduler tick): each counter as the delta
+    since the last export (so the exported counter equals the figure), each gauge as its value,
+    and 0 for a gauge tag set sent before but absent now (a pool emptied, a bundle repaired). A
+    figure that went down (a counter reset) sends nothing and becomes the new baseline."""
+
+    def __init__(self, sink: MetricsSink) -> None:
+        self.sink = sink
+        self._counted: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._gauged: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+
+    def export(self, view: Mapping[str, Any]) -> None:
+        counters, gauges = series(view)
+        for key, value in counters.items():
+            name, tags = key
+            delta = value - self._counted.get(key, 0.0)
+            self._counted[key] = value
+            if delta > 0:
+                self.sink.count(name, delta, tags=dict(tags) or None, description=DESCRIPTIONS.get(name, ""))
+        for key in self._gauged - set(gauges):
+            name, tags = key
+            self.sink.gauge(name, 0.0, tags=dict(tags) or None, description=DESCRIPTIONS.get(name, ""))
+        for key, value in gauges.items():
+            name, tags = key
+            self.sink.gauge(name, value, tags=dict(tags) or None, description=DESCRIPTIONS.get(name, ""))
+        self._gauged = set(gauges)
