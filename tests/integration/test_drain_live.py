@@ -206,7 +206,7 @@ def test_ten_notices_in_a_row_never_break_a_bundle(lf, tmp_path):
         replace_node(lf, node)
         assert lf.handle.bundle("reclaimed").state == "live"
     s = lf.handle.job(job_id)
-    assert s.restarts_last_hour == 0 and lf.handle.bundle("reclaimed").state == "live"
+    assert s.restarts_last_hour == 0 and lf.handle.bundle("reclaimed").state == "live", [h[1:] for h in s.history]
     assert sum("preempted" in r for _, _, r in s.history) >= 1
     lf.handle.delete_bundle("reclaimed")
 
