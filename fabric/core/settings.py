@@ -23,6 +23,7 @@ from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-export
     MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, _clip, _decode_settings, _parse_yaml, _read_settings_file,
 )
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
+from fabric.core.settings_routes import HostName, RouteSettings
 from fabric.core.settings_types import NonNegFloat, PositiveSeconds, _Model  # noqa: F401 - re-exported where they were
 from fabric.core.tiers import ComputeTier
 
@@ -302,6 +303,8 @@ class FabricSettings(_Model):
     """Burst and utilisation scaling (seed 002)."""
     templates: dict[str, TemplateSettings] = Field(default_factory=dict)
     """Job templates by name: the artifacts each needs (``templates: {encoder: {artifacts: [file:///...]}}``)."""
+    routes: dict[HostName, RouteSettings] = Field(default_factory=dict)
+    """Edge routes by host name: a job and its declared port (``routes: {channel.example: {job: encode, port: 1935}}``); ``fabric routes --caddy``."""
     migration: MigrationSettings = Field(default_factory=MigrationSettings)
     """Migration sagas: a deadline per phase and the default strategy (seed 000 § Migration)."""
     rebalance: RebalanceSettings = Field(default_factory=RebalanceSettings)
