@@ -36,6 +36,7 @@ from fabric.core.jobs.book import (
     Instruction, JobEvent, JobStatus, PlaceJob, ReleaseSlot, StartInstance, StopInstance, instance_key, summarize,
 )
 from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
+from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.store.jobs import JobStore
 
 WATCH_S = 30.0
@@ -327,9 +328,12 @@ class JobRunner(BundleOps):
         self.persist()
 
     # -- events -----------------------------------------------------------------------------------------
-    def emit(self, kind: str, data: dict) -> None:
+    def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> None:
+        """Append one event to the fabric's log (``seq``, ``kind``, ``at``, ``stimulus_id``, ``data``):
+        ``stimulus_id`` names what caused it (a fresh one when not given)."""
         self.seq += 1
-        event = {"seq": self.seq, "kind": kind, "at": self.clock(), "data": dict(data)}
+        event = {"seq": self.seq, "kind": kind, "at": self.clock(), "stimulus_id": stimulus_id or new_stimulus_id(),
+                 "data": dict(data)}
         self.events.append(event)
         self._new_events.append((self.seq, pickle.dumps(event)))
         self.counters[f"events_{kind}"] += 1

@@ -35,6 +35,7 @@ from fabric.core.scheduling import (
     MarkDraining, NodeAssignment, NodeChanged, NodeJoined, NodeLost, OutsidersSeen, Placed, PlacementUnclaimed,
     PlaceRequested, ProvisionNode, SchedulerCore, TerminateNode, SelectRequested, SetCordoned, SlotsReleased, Stimulus, Tick, Uncordoned, reply,
 )
+from fabric.core.scheduling.node_events import fleet_events
 from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.core.settings import FabricSettings
 from fabric.rayio.metrics import MetricsExporter, MetricsSink, RayMetrics
@@ -122,6 +123,9 @@ class Scheduler(SchedulerMoves):
             self._outsiders_sent = outsiders
         for change in changes:
             stimulus = stimulus_for(change)
+            if stimulus is not None and self.jobs is not None:  # the fleet's node events, in the one log
+                for kind, data in fleet_events(change, self.core.fleet.get(change.node_id)):
+                    self.jobs.emit(kind, data, stimulus.stimulus_id)
             if isinstance(stimulus, NodeJoined):
                 stimulus = self._claimed(stimulus)
                 self.provisioner.registered(stimulus.record.instance_id)
@@ -333,6 +337,17 @@ class Scheduler(SchedulerMoves):
     def stop_bundle_job(self, bundle_id: str, replica: int, job: str) -> str:
         return self._runner().set_dormant(msg.read_id("bundle_id", bundle_id), msg.read_count("replica", replica, 1),
                                           msg.read_id("job", job), True)
+
+    def events(self, since: int = 0, kinds: list[str] | None = None, limit: int = 1000) -> list[dict]:
+        """The fabric's event log after number ``since``, oldest first: the first ``limit`` events
+        (a negative ``limit``: the newest ``-limit``), of ``kinds`` only when given."""
+        since = msg.read_count("since", since, 2**63 - 1)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit == 0:
+            raise MessageError("limit", "expected a non-zero whole number", limit)
+        if kinds is not None and (isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds)):
+            raise MessageError("kinds", "expected a list of event kinds", kinds)
+        found = self._runner().events_since(since, list(kinds) if kinds else None)
+        return found[:limit] if limit > 0 else found[limit:]
 
     def job_events(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
         since = msg.read_count("since", since, 2**63 - 1)

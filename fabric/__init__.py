@@ -78,6 +78,7 @@ _LAZY: dict[str, str] = {
     "NodeDrainPhase": "fabric.core.jobs.drains",
     "JobDrainStatus": "fabric.core.jobs.drains",
     "instance_info": "fabric.rayio.instances",
+    "on": "fabric.runtime.events",
 }
 
 

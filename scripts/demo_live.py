@@ -278,7 +278,7 @@ class LossWatch:
             if self.fabric_lost_at is None and now >= next_events:
                 next_events = now + self.EVENTS_EVERY_S
                 with contextlib.suppress(Exception):
-                    _, events = self.handle.events(self.since)
+                    _, events = self.handle.fleet_events(self.since)
                     self.fabric_lost_at = next((e.at for e in events if getattr(e, "kind", "") == "node_lost"
                                                 and e.node_id == self.node_id), None)
             time.sleep(self.POLL_S)
@@ -376,7 +376,7 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
 
             def maybe_kill(done: int) -> str | None:
                 if phase.startswith("2") and not watch and done >= args.tasks // 4:
-                    since, _ = handle.events(2**62)  # the newest event number: the loss comes after it
+                    since, _ = handle.fleet_events(2**62)  # the newest event number: the loss comes after it
                     node_id = lf.node(KILLED).node_id
                     killed_at = time.time()
                     lf.kill_node(KILLED)

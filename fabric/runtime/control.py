@@ -23,6 +23,7 @@ from fabric.core.names import (
 )
 from fabric.core.settings import FabricSettings
 from fabric.runtime import session as sessions
+from fabric.runtime.events import EventsSurface
 from fabric.runtime.moves import MovesSurface
 from fabric.runtime.spares import SparesSurface
 
@@ -142,7 +143,7 @@ def running_calls() -> dict[str, int]:
     return sessions.driver().slots_in_use()
 
 
-class FabricHandle(SparesSurface, MovesSurface):
+class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
     """A driver's view of the running fabric. Cheap to create; every call asks the actors."""
 
     def __init__(self, timeout_s: float = 30.0) -> None:
@@ -178,8 +179,9 @@ class FabricHandle(SparesSurface, MovesSurface):
         """Records garbage-collected after their drain grace (status ``dead``)."""
         return self._get(self._actor(REGISTRY).collected.remote())
 
-    def events(self, since: int = 0) -> tuple[int, list[Any]]:
-        """Fleet events after number ``since`` and the newest number (``fabric.core.events``)."""
+    def fleet_events(self, since: int = 0) -> tuple[int, list[Any]]:
+        """The health monitor's fleet events after number ``since`` and the newest number
+        (``fabric.core.events``); the fabric's one log is ``events`` (``EventsSurface``)."""
         return self._get(self._actor(HEALTH).events.remote(since))
 
     def subscribe(self, actor_name: str, method: str = "on_fleet_event") -> None:

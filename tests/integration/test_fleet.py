@@ -45,7 +45,7 @@ def records_by_id(lf):
 
 
 def events_of(lf, kind, node_id):
-    return [e for e in lf.handle.events(0)[1] if isinstance(e, kind) and e.node_id == node_id]
+    return [e for e in lf.handle.fleet_events(0)[1] if isinstance(e, kind) and e.node_id == node_id]
 
 
 def test_five_profiles_join_with_their_tiers_and_labels(lf):

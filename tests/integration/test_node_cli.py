@@ -162,7 +162,7 @@ def test_a_gpu_that_vanishes_is_reported_as_degradation(lf, tmp_path):
     assert rec.status is NodeStatus.ACTIVE  # degraded, not lost: Ray's labels stay, the fabric's view changes
     raw = next(r for r in lf.handle.records() if r.node_id == node.node_id)
     assert "tier no longer served: gpu_cuda" in raw.limitations
-    lf.wait_until(lambda: [e for e in lf.handle.events(0)[1] if isinstance(e, NodeDegraded) and e.node_id == node.node_id],
+    lf.wait_until(lambda: [e for e in lf.handle.fleet_events(0)[1] if isinstance(e, NodeDegraded) and e.node_id == node.node_id],
                   "a NodeDegraded event")
     lf.kill_node("ws-degrading")
 
