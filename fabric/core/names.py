@@ -13,6 +13,8 @@ REGISTRY = "fabric.registry"
 HEALTH = "fabric.health"
 SCHEDULER = "fabric.scheduler"
 DISPATCHER = "fabric.dispatcher"
+OPERATOR = "fabric.operator"
+"""The operator API's actor (gRPC ``fabric.operator.v1.Operator`` and the JSON view), on the head."""
 PROBE_PREFIX = "fabric.probe."
 """A node's probe actor is ``fabric.probe.<ray node id>`` (``probe_actor_name``)."""
 

@@ -22,6 +22,7 @@ from fabric.core.errors import SettingsError, SettingsProblem
 from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-exported where it always was
     MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, _clip, _decode_settings, _parse_yaml, _read_settings_file,
 )
+from fabric.core.settings_api import ApiSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
 from fabric.core.settings_routes import HostName, RouteSettings
 from fabric.core.settings_types import NonNegFloat, PositiveSeconds, _Model  # noqa: F401 - re-exported where they were
@@ -313,6 +314,8 @@ class FabricSettings(_Model):
     """Drain timeouts and the spot-interruption sizing (seed 000 § Drain / cordon, § Spot interruption)."""
     store: StoreSettings = Field(default_factory=StoreSettings)
     """Where the registry keeps durable state."""
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    """The operator API (gRPC and the JSON view): loopback unless ``allow_remote``, port 0 = a free one."""
     nodes: dict[str, NodeOverride] = Field(default_factory=dict)
     """Overrides by node name (e.g. a lower ``max_concurrent_tasks``)."""
     queue_timeout_s: PositiveSeconds = 300.0

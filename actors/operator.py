@@ -1,0 +1,166 @@
+"""OperatorActor: the operator API's server on the head (issue 17; API.md § Events, metrics, operator API).
+
+The detached, named actor ``fabric.operator`` (namespace ``fabric``), started by ``fabric.up()`` on
+the head like the scheduler. It runs its own asyncio event loop in a thread and serves there:
+
+- gRPC ``fabric.operator.v1.Operator`` (``fabric.api.server``) on ``api.host:api.port``, each RPC a
+  call of the scheduler actor's methods;
+- the read-only JSON view ``GET /api/capabilities/nodes`` (``fabric.api.http_view.make_app``) on
+  ``api.host:api.http_port``.
+
+Both take the bearer token in ``api_token`` (0600) in the store's folder (``store.path``'s, else
+the registry's default store path's), made at the first start and kept across restarts. A
+non-loopback ``api.host`` without ``api.allow_remote`` is refused here too (``SettingsError``
+naming ``api.host``), not only by the settings. A start that failed (that refusal, a port in use)
+leaves the actor up with the error: ``address()`` raises it, so ``fabric.up()`` reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from fabric.api.token import ensure_token, read_token, token_path
+from fabric.core.errors import SettingsError, SettingsProblem
+from fabric.core.names import NAMESPACE, SCHEDULER
+from fabric.core.settings import FabricSettings
+from fabric.core.settings_api import ApiSettings, is_loopback, remote_refusal
+
+START_TIMEOUT_S = 30.0
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def refuse_remote(api: ApiSettings) -> None:
+    """``SettingsError`` naming ``api.host`` for a non-loopback host without ``api.allow_remote``."""
+    host = api.host if isinstance(api.host, str) else ""
+    if not host.strip() or (not api.allow_remote and not is_loopback(host)):
+        raise SettingsError([SettingsProblem("remote_bind", "api.host", remote_refusal(host))])
+
+
+def events_method() -> str:
+    """The scheduler's event-log reader: ``events(since, kinds, limit)`` when it has one, else ``job_events``."""
+    from actors.scheduler import Scheduler
+
+    return "events" if callable(getattr(Scheduler, "events", None)) else "job_events"
+
+
+async def start_servers(call: Callable, api: ApiSettings, token: str, *, events: str = "job_events",
+                        poll_s: float = 0.2) -> tuple[dict[str, str | None], list[Callable]]:
+    """Start the gRPC server (and the JSON view when ``fabric.api.http_view`` is there) on the running
+    loop: their addresses ``{"grpc": "host:port", "http": "host:port" | None}`` and their stoppers."""
+    refuse_remote(api)
+    from fabric.api.server import serve
+
+    server, port = await serve(call, token, api.host, api.port, events_method=events, poll_s=poll_s)
+    stoppers: list[Callable] = [lambda: server.stop(1.0)]
+    addresses: dict[str, str | None] = {"grpc": _hostport(api.host, port), "http": None}
+    try:
+        from fabric.api.http_view import make_app
+    except ImportError:
+        return addresses, stoppers
+    from aiohttp import web
+
+    runner = web.AppRunner(make_app(lambda: call("nodes"), token), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, api.host, api.http_port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        await server.stop(None)
+        raise
+    stoppers.append(runner.cleanup)
+    sockets = getattr(getattr(site, "_server", None), "sockets", None) or ()
+    http_port = sockets[0].getsockname()[1] if sockets else api.http_port
+    addresses["http"] = _hostport(api.host, http_port)
+    return addresses, stoppers
+
+
+class Operator:
+    """The actor's logic. ``call`` (default: the scheduler actor's methods) and ``store_path`` (default:
+    the store's) are seams for tests."""
+
+    def __init__(self, settings: dict | None = None, *, call: Callable | None = None,
+                 store_path: str | None = None, poll_s: float = 0.2) -> None:
+        self.settings = FabricSettings.load(settings)
+        self._scheduler: Any = None
+        self._call = call or self._scheduler_call
+        self._token_file = token_path(store_path or self._store_path())
+        self._token = ensure_token(self._token_file)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fabric-operator-api", daemon=True)
+        self._thread.start()
+        self._stoppers: list[Callable] = []
+        self._error: BaseException | None = None
+        self._addresses: dict[str, str | None] = {"grpc": None, "http": None}
+        try:
+            events = events_method() if call is None else "job_events"
+            self._addresses, self._stoppers = self._run(
+                start_servers(self._call, self.settings.api, self._token, events=events, poll_s=poll_s))
+        except Exception as exc:  # kept: address() raises it (up() reports it); the actor stays up
+            self._error = exc
+            print(f"[fabric.operator] the operator API did not start: {type(exc).__name__}: {exc}")
+
+    def _store_path(self) -> Path:
+        configured = self.settings.store.path
+        if configured:
+            return Path(configured).expanduser()
+        from actors.registry import default_store_path
+        from fabric.rayio.adapter import RayAdapter
+
+        return default_store_path(RayAdapter().gcs_address())
+
+    def _run(self, coro: Any, timeout_s: float = START_TIMEOUT_S) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    async def _scheduler_call(self, method: str, *args: Any) -> Any:
+        if self._scheduler is None:
+            self._scheduler = ray.get_actor(SCHEDULER, namespace=NAMESPACE)
+        return await getattr(self._scheduler, method).remote(*args)
+
+    # -- the actor's methods ------------------------------------------------------------------------------
+    def address(self) -> dict[str, str | None]:
+        """``{"grpc": "host:port", "http": "host:port" | None}``; the start's error when it failed."""
+        if self._error is not None:
+            raise self._error
+        return dict(self._addresses)
+
+    def token(self) -> str:
+        """The bearer token (``fabric api-token``): whoever reaches this actor controls the cluster anyway."""
+        return read_token(self._token_file)
+
+    def token_path(self) -> str:
+        return str(self._token_file)
+
+    def ping(self) -> str:
+        return "ok"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        """Stop serving (tests; ``fabric.down`` kills the actor)."""
+        async def stop() -> None:
+            for stopper in reversed(self._stoppers):
+                await stopper()
+
+        if self._stoppers:
+            self._run(stop())
+            self._stoppers = []
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=16)
+class OperatorActor(Operator):
+    """``Operator`` as the detached, named Ray actor (``fabric.operator``)."""
+
+
+__all__ = ["Operator", "OperatorActor", "events_method", "refuse_remote", "start_servers"]

@@ -1,0 +1,271 @@
+"""The operator API's servicer (issue 17): ``fabric.operator.v1.Operator`` on grpc.aio.
+
+``OperatorServicer(call)`` turns each RPC into calls of the scheduler actor's methods through
+``call(method, *args)`` (an async callable: the operator actor passes one that calls
+``fabric.scheduler``; unit tests pass a fake). The fabric's errors become status codes
+(``status_for``): bad input INVALID_ARGUMENT naming the field, an unknown node/job/bundle NOT_FOUND,
+a refused move FAILED_PRECONDITION, no capacity RESOURCE_EXHAUSTED, anything else INTERNAL; an RPC
+never crashes the server. ``TokenInterceptor`` refuses every call without the right
+``authorization: Bearer <token>`` metadata with UNAUTHENTICATED before any handler runs (nothing
+acts, the request is not even parsed). ``serve`` starts a server with both on ``host:port``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import pickle
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import grpc
+
+from fabric.api import operator_pb2 as pb
+from fabric.api import operator_pb2_grpc as pb_grpc
+from fabric.api.wire import build_bundle, bundle_status_message, event_message, import_class, jsonable, node_message
+from fabric.api.wire import requirement_from_json
+from fabric.core.errors import (
+    CapacityError, InvalidSpecError, JobNotFoundError, MessageError, MigrationError, NodeNotFoundError,
+    RequirementError, SettingsError, TransitionError,
+)
+
+Call = Callable[..., Awaitable[Any]]
+"""``await call("method", *args)``: one scheduler actor method's answer (its error raised)."""
+API_VERSION = "fabric.operator.v1"
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+EVENT_BATCH = 1000
+"""The most events one poll of the log asks for."""
+
+
+# -- errors -------------------------------------------------------------------------------------------------
+def _cause(exc: BaseException) -> BaseException:
+    """The error an actor raised (Ray wraps it: ``RayTaskError.cause``)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and details an error travels back as."""
+    err = _cause(exc)
+    text = str(getattr(err, "message", None) or err) or type(err).__name__
+    if isinstance(err, InvalidSpecError):
+        field = getattr(err, "field", "") or ""
+        if field and not text.startswith(field):
+            text = f"{field}: {text}"
+        return grpc.StatusCode.INVALID_ARGUMENT, text
+    if isinstance(err, (RequirementError, MessageError, SettingsError)):
+        return grpc.StatusCode.INVALID_ARGUMENT, text
+    if isinstance(err, (NodeNotFoundError, JobNotFoundError)):
+        return grpc.StatusCode.NOT_FOUND, text
+    if isinstance(err, (MigrationError, TransitionError)):
+        return grpc.StatusCode.FAILED_PRECONDITION, text
+    if isinstance(err, CapacityError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, text
+    return grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {text}"[:2000]
+
+
+def _guarded(fn: Callable) -> Callable:
+    async def rpc(self: "OperatorServicer", request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await fn(self, request, context)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every error becomes a status; none reaches grpc as a crash
+            code, details = status_for(exc)
+        await context.abort(code, details)
+
+    rpc.__name__ = fn.__name__
+    return rpc
+
+
+def _node(request: Any) -> str:
+    if not request.node:
+        raise MessageError("node", "must name a node (its id or name)", request.node)
+    return request.node
+
+
+# -- the servicer -------------------------------------------------------------------------------------------
+class OperatorServicer(pb_grpc.OperatorServicer):
+    """Each RPC as scheduler actor calls. ``events_method`` is the scheduler's log reader
+    (``events(since, kinds, limit)``, else ``job_events(since, kinds)``); ``poll_s`` how often
+    WatchEvents looks for new events; ``importer`` imports a bundle job's class by path."""
+
+    def __init__(self, call: Call, *, events_method: str = "job_events", poll_s: float = 0.2,
+                 importer: Callable[[str, str], Any] = import_class) -> None:
+        self.call = call
+        self.events_method = events_method
+        self.poll_s = poll_s
+        self.importer = importer
+
+    @_guarded
+    async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
+        metrics, nodes, jobs, bundles = await asyncio.gather(
+            self.call("metrics"), self.call("nodes"), self.call("job_statuses"), self.call("bundle_statuses"))
+        return pb.StatusReply(node_count=len(nodes), job_count=len(jobs), bundle_count=len(bundles),
+                              metrics_json=jsonable(metrics), api=API_VERSION)
+
+    @_guarded
+    async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesReply:
+        return pb.ListNodesReply(nodes=[node_message(r) for r in await self.call("nodes")])
+
+    @_guarded
+    async def Cordon(self, request: pb.NodeRequest, context: Any) -> pb.NodeReply:
+        return pb.NodeReply(node_id=str(await self.call("cordon", _node(request))))
+
+    @_guarded
+    async def Uncordon(self, request: pb.NodeRequest, context: Any) -> pb.NodeReply:
+        return pb.NodeReply(node_id=str(await self.call("uncordon", _node(request))))
+
+    @_guarded
+    async def Drain(self, request: pb.DrainRequest, context: Any) -> pb.DrainReply:
+        timeout_s = request.timeout_s if request.HasField("timeout_s") else None
+        state = await self.call("drain_jobs", _node(request), timeout_s, request.force, request.strategy or None)
+        return pb.DrainReply(node_id=str(getattr(state, "node_id", "") or request.node), state_json=jsonable(state))
+
+    @_guarded
+    async def Evict(self, request: pb.NodeRequest, context: Any) -> pb.EvictReply:
+        stopped = await self.call("evict", _node(request))
+        return pb.EvictReply(node_id=request.node, job_ids=[str(j) for j in stopped])
+
+    @_guarded
+    async def NotifyInterruption(self, request: pb.NotifyInterruptionRequest, context: Any) -> pb.DrainReply:
+        deadline = request.deadline_epoch if request.HasField("deadline_epoch") else None
+        state = await self.call("handle_node_interruption", _node(request), request.kind or "spot-interruption", deadline)
+        return pb.DrainReply(node_id=str(getattr(state, "node_id", "") or request.node), state_json=jsonable(state))
+
+    async def _write_bundle(self, request: pb.BundleWriteRequest, method: str) -> pb.BundleReply:
+        if not request.HasField("bundle"):
+            raise InvalidSpecError("bundle: required", field="bundle")
+        blob = pickle.dumps(build_bundle(request.bundle, self.importer))
+        if request.validate_only:
+            admission = await self.call("validate_bundle_admission", blob)
+            return pb.BundleReply(validated_only=True, admission_kind=str(getattr(admission, "kind", "")),
+                                  admission_json=jsonable(admission))
+        return pb.BundleReply(status=bundle_status_message(await self.call(method, blob)))
+
+    @_guarded
+    async def CreateBundle(self, request: pb.BundleWriteRequest, context: Any) -> pb.BundleReply:
+        return await self._write_bundle(request, "create_bundle")
+
+    @_guarded
+    async def UpdateBundle(self, request: pb.BundleWriteRequest, context: Any) -> pb.BundleReply:
+        return await self._write_bundle(request, "update_bundle")
+
+    @_guarded
+    async def DeleteBundle(self, request: pb.BundleIdRequest, context: Any) -> pb.BundleReply:
+        return pb.BundleReply(status=bundle_status_message(await self.call("delete_bundle", request.bundle_id)))
+
+    @_guarded
+    async def GetBundle(self, request: pb.BundleIdRequest, context: Any) -> pb.BundleReply:
+        return pb.BundleReply(status=bundle_status_message(await self.call("bundle_status", request.bundle_id)))
+
+    @_guarded
+    async def ListBundles(self, request: pb.ListBundlesRequest, context: Any) -> pb.ListBundlesReply:
+        return pb.ListBundlesReply(bundles=[bundle_status_message(s) for s in await self.call("bundle_statuses")])
+
+    @_guarded
+    async def Explain(self, request: pb.ExplainRequest, context: Any) -> pb.ExplainReply:
+        out = await self.call("explain", requirement_from_json(request.requirement_json), None, request.verbose)
+        text = out.get("text", "") if isinstance(out, dict) else getattr(out, "text", "")
+        return pb.ExplainReply(text=str(text or ""), explain_json=jsonable(out))
+
+    @_guarded
+    async def Migrate(self, request: pb.MigrateRequest, context: Any) -> pb.MigrateReply:
+        mid = await self.call("migrate_job", request.job_id, request.strategy or None, request.target_node or None,
+                              request.override_reservation)
+        return pb.MigrateReply(migration_id=str(mid))
+
+    @_guarded
+    async def AbortMigration(self, request: pb.AbortMigrationRequest, context: Any) -> pb.AbortMigrationReply:
+        state = await self.call("abort_migration", request.migration_id, request.reason)
+        return pb.AbortMigrationReply(migration_id=request.migration_id, state_json=jsonable(state))
+
+    async def _read_events(self, since: int, kinds: list[str] | None) -> list:
+        if self.events_method == "events":
+            return list(await self.call("events", since, kinds, EVENT_BATCH))
+        return list(await self.call(self.events_method, since, kinds))
+
+    async def WatchEvents(self, request: pb.WatchEventsRequest, context: Any) -> AsyncIterator[pb.Event]:
+        since = int(request.since)
+        kinds = [str(k) for k in request.kinds] or None
+        while True:
+            try:
+                batch = await self._read_events(since, kinds)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                code, details = status_for(exc)
+                await context.abort(code, details)
+                return
+            fresh = 0
+            for event in batch:
+                message = event_message(event)
+                if message.seq <= since:
+                    continue
+                since, fresh = message.seq, fresh + 1
+                yield message
+            if fresh < EVENT_BATCH:  # caught up (or only old events came back): wait for more
+                await asyncio.sleep(self.poll_s)
+
+
+# -- authentication -----------------------------------------------------------------------------------------
+def bearer_ok(metadata: Any, token: str) -> bool:
+    """True when ``metadata`` carries ``authorization: Bearer <token>`` (compared in constant time)."""
+    for key, value in metadata or ():
+        if str(key).lower() != "authorization":
+            continue
+        given = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        scheme, _, presented = given.strip().partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode()):
+            return True
+    return False
+
+
+async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required (metadata authorization: Bearer <token>; `fabric api-token` prints it)")
+
+
+async def _refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    await _refuse(request, context)
+    yield None  # never reached: abort raises
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+    """Every call needs ``authorization: Bearer <token>``; a missing or wrong one gets UNAUTHENTICATED
+    before the method's handler is reached (its request is never parsed). ``refused`` counts them."""
+
+    def __init__(self, token: str) -> None:
+        if not isinstance(token, str) or len(token) < 16:
+            raise ValueError("the API token must be text of at least 16 characters")
+        self.token = token
+        self.refused = 0
+
+    async def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        if bearer_ok(handler_call_details.invocation_metadata, self.token):
+            return await continuation(handler_call_details)
+        self.refused += 1
+        handler = await continuation(handler_call_details)
+        if handler is not None and handler.response_streaming and not handler.request_streaming:
+            return grpc.unary_stream_rpc_method_handler(_refuse_stream)
+        return grpc.unary_unary_rpc_method_handler(_refuse)
+
+
+# -- the server ---------------------------------------------------------------------------------------------
+async def serve(call: Call, token: str, host: str = "127.0.0.1", port: int = 0, *,
+                events_method: str = "job_events", poll_s: float = 0.2) -> tuple[grpc.aio.Server, int]:
+    """A started grpc.aio server with the servicer and the token check on ``host:port`` (0: a free
+    port); the server and the port it bound. ``OSError`` when it cannot bind."""
+    server = grpc.aio.server(interceptors=[TokenInterceptor(token)], options=[
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
+    pb_grpc.add_OperatorServicer_to_server(OperatorServicer(call, events_method=events_method, poll_s=poll_s), server)
+    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"the operator API cannot bind {address}: {exc}") from None
+    if not bound:
+        raise OSError(f"the operator API cannot bind {address}")
+    await server.start()
+    return server, bound
+
+
+__all__ = ["API_VERSION", "Call", "OperatorServicer", "TokenInterceptor", "bearer_ok", "serve", "status_for"]
