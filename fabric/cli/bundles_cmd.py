@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import io
 import json
 import sys
 from typing import Any, Sequence
 
 from fabric.cli.jobs_cmd import _node_names, _value
+from fabric.cli.node import add_width_flag, fit_lines, output_width, render_table
 
 __all__ = ["add_parser", "bundle_rows", "format_bundle", "format_bundles_table", "run_bundles"]
 
@@ -31,8 +31,9 @@ def add_parser(subparsers: Any) -> None:
                               description="list the fabric's bundles: id, state (live|broken|deleting), replicas, "
                                           "their jobs by state, why a broken one broke; with BUNDLE_ID, its jobs")
     p.add_argument("bundle_id", nargs="?", metavar="BUNDLE_ID", help="show this bundle and its jobs")
-    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_width_flag(p)
     p.set_defaults(func=run_bundles)
 
 
@@ -60,24 +61,24 @@ def _jobs_cell(row: dict[str, Any]) -> str:
     return ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "-"
 
 
-def format_bundles_table(rows: Sequence[dict[str, Any]]) -> str:
-    from rich.console import Console
-    from rich.table import Table
+_BUNDLES_SHRINK = {"REASON": 12, "JOBS": 12, "BUNDLE": 12}
+"""Cells cut (with an ellipsis) to fit the width, in this order; ``fabric bundles BUNDLE_ID`` shows
+a bundle whole."""
 
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="")
-    for column in HEADER:
-        table.add_column(column, no_wrap=True, justify="right" if column == "REPLICAS" else "left")
-    for row in rows:
-        table.add_row(row["bundle_id"], row["state"], str(row["replicas"]), _jobs_cell(row), "; ".join(row["reasons"]) or "-")
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, highlight=False)
-    console.print(table)
-    lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
+
+def format_bundles_table(rows: Sequence[dict[str, Any]], width: int | None = None) -> str:
+    """The bundles as a table (no colours), one line per bundle. ``width``: the columns to fit
+    (long ids, job counts and reasons cut with an ellipsis); None, as wide as it needs."""
+    body = [(row["bundle_id"], row["state"], str(row["replicas"]), _jobs_cell(row), "; ".join(row["reasons"]) or "-")
+            for row in rows]
+    lines, _ = render_table(HEADER, body, width, right=("REPLICAS",), shrink=_BUNDLES_SHRINK)
     if not rows:
         lines.append("(no bundles)")
     return "\n".join(lines)
 
 
-def format_bundle(row: dict[str, Any]) -> str:
+def format_bundle(row: dict[str, Any], width: int | None = None) -> str:
+    """One bundle and each of its jobs; lines longer than ``width`` wrap (None: they stay whole)."""
     lines = [f"bundle    {row['bundle_id']}", f"state     {row['state']}", f"replicas  {row['replicas']}"]
     for reason in row["reasons"]:
         lines.append(f"broken    {reason}")
@@ -86,7 +87,7 @@ def format_bundle(row: dict[str, Any]) -> str:
         node = j["node"] or (j["node_id"][:12] if j["node_id"] else "-")
         lines.append(f"  {j['replica']:<8} {j['name']:<16} {j['state']:<10} {node:<24} {j['job_id']}"
                      f"  restarts/h {j['restarts_last_hour']}".rstrip())
-    return "\n".join(lines)
+    return fit_lines("\n".join(lines), width)
 
 
 def run_bundles(args: argparse.Namespace) -> int:
@@ -116,7 +117,8 @@ def run_bundles(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(rows[0] if args.bundle_id else rows, indent=2))
         else:
-            print(format_bundle(rows[0]) if args.bundle_id else format_bundles_table(rows))
+            width = output_width(args)
+            print(format_bundle(rows[0], width) if args.bundle_id else format_bundles_table(rows, width))
         return 0
     finally:
         if ours:

@@ -14,13 +14,12 @@ Turning ``JobStatus`` objects into rows and text is pure (``job_rows``, ``format
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 import time
 from typing import Any, Sequence
 
-from fabric.cli.node import _ago
+from fabric.cli.node import _ago, add_width_flag, fit_lines, output_width, render_table
 
 __all__ = ["add_parser", "find_job", "format_job", "format_jobs_table", "job_rows", "run_jobs"]
 
@@ -33,8 +32,9 @@ def add_parser(subparsers: Any) -> None:
                               description="list the fabric's long-running jobs: id, name, state, node, instance key, "
                                           "restarts in the last hour, bundle; with JOB_ID, that job and its history")
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", help="show this job (an id or a unique prefix of one)")
-    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
     p.add_argument("--json", action="store_true", help="machine-readable output (a list of jobs, or one job with its history)")
+    add_width_flag(p)
     p.set_defaults(func=run_jobs)
 
 
@@ -75,28 +75,27 @@ def _bundle_cell(row: dict[str, Any]) -> str:
     return f"{row['bundle_id']} ({row['replica']})" if row["replica"] else row["bundle_id"]
 
 
-def format_jobs_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The jobs as a table (rich, no colours), in the order given (the scheduler's: oldest first),
-    one line per job, as wide as it needs (for grep and awk)."""
-    from rich.console import Console
-    from rich.table import Table
+_JOBS_SHRINK = {"INSTANCE": 9, "BUNDLE": 8, "NAME": 8, "NODE": 8, "JOB": 16}
+"""Cells cut (with an ellipsis) to fit the width, in this order (the instance key's token first),
+each down to its least: a generated job id (16) stays whole, and a cut one is still a prefix
+``fabric jobs JOB_ID`` takes."""
 
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="")
-    for column in JOBS_HEADER:
-        table.add_column(column, no_wrap=True, justify="right" if column == "RESTARTS/H" else "left")
-    for row in rows:
-        table.add_row(row["job_id"], row["name"], row["state"], _node_cell(row), row["instance_key"] or "-",
-                      str(row["restarts_last_hour"]), _bundle_cell(row))
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, highlight=False)
-    console.print(table)
-    lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
+
+def format_jobs_table(rows: Sequence[dict[str, Any]], width: int | None = None) -> str:
+    """The jobs as a table (no colours), in the order given (the scheduler's: oldest first), one
+    line per job. ``width``: the columns to fit (long ids and names cut with an ellipsis); None, as
+    wide as it needs (for grep and awk)."""
+    body = [(row["job_id"], row["name"], row["state"], _node_cell(row), row["instance_key"] or "-",
+             str(row["restarts_last_hour"]), _bundle_cell(row)) for row in rows]
+    lines, _ = render_table(JOBS_HEADER, body, width, right=("RESTARTS/H",), shrink=_JOBS_SHRINK)
     if not rows:
         lines.append("(no jobs)")
     return "\n".join(lines)
 
 
-def format_job(row: dict[str, Any], now: float) -> str:
-    """One job (a ``job_rows(..., history=True)`` row) and its history, oldest first."""
+def format_job(row: dict[str, Any], now: float, width: int | None = None) -> str:
+    """One job (a ``job_rows(..., history=True)`` row) and its history, oldest first; lines longer
+    than ``width`` wrap (None: they stay whole)."""
     node = "-" if not row["node_id"] else f"{row['node'] or '?'} ({row['node_id']})"
     lines = [
         f"job       {row['job_id']}",
@@ -111,7 +110,7 @@ def format_job(row: dict[str, Any], now: float) -> str:
     for h in row.get("history") or ():
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h["at"]))
         lines.append(f"  {stamp}  {_ago(now, h['at']):>10}  {h['state']:<10}  {h['reason']}".rstrip())
-    return "\n".join(lines)
+    return fit_lines("\n".join(lines), width)
 
 
 def find_job(statuses: Sequence[Any], wanted: str) -> tuple[Any | None, str | None]:
@@ -159,14 +158,14 @@ def run_jobs(args: argparse.Namespace) -> int:
         names = _node_names(handle)
         if args.job_id is None:
             rows = job_rows(statuses, names)
-            print(json.dumps(rows, indent=2) if args.json else format_jobs_table(rows))
+            print(json.dumps(rows, indent=2) if args.json else format_jobs_table(rows, output_width(args)))
             return 0
         st, why = find_job(statuses, args.job_id)
         if st is None:
             print(f"fabric jobs: {why}", file=sys.stderr)
             return 2
         row = job_rows([st], names, history=True)[0]
-        print(json.dumps(row, indent=2) if args.json else format_job(row, time.time()))
+        print(json.dumps(row, indent=2) if args.json else format_job(row, time.time(), output_width(args)))
         return 0
     finally:
         if ours:

@@ -17,9 +17,9 @@ They refuse clearly (one line, exit 2) when the ``ray`` command is missing, the 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -32,7 +32,8 @@ from typing import Any, Sequence
 from fabric.core.names import PROFILE_LABEL, RECORDING_ENV
 from fabric.providers.local import find_ray
 
-__all__ = ["add_parser", "build_ray_start", "find_ray", "format_status_table", "status_rows"]
+__all__ = ["NARROW", "add_parser", "add_width_flag", "build_ray_start", "clip", "find_ray", "fit_lines", "format_status_table",
+           "gpus_cell", "output_width", "render_table", "status_rows"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -59,8 +60,9 @@ def add_parser(subparsers: Any) -> None:
         p.set_defaults(func=run_start, command_name=command)
     s = subparsers.add_parser("status", help="print the fleet the fabric knows: name, tier, GPUs, status, running/max, utilisation, "
                                              "last seen; then its pools, pool tiers, hot spares and prospective nodes")
-    s.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    s.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
     s.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+    add_width_flag(s)
     s.set_defaults(func=run_status)
 
 
@@ -170,6 +172,132 @@ def run_start(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- tables that fit a terminal ------------------------------------------------------------------------
+NARROW = 80
+"""The width a table fits when stdout is not a terminal (a pipe, a file, a test): an 80-column
+terminal reads it whole. ``--wide`` lifts the limit (every cell whole, one line per row)."""
+ELLIPSIS = "\u2026"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def add_width_flag(parser: Any) -> None:
+    """``--wide``: every cell whole, however wide (for grep and awk)."""
+    parser.add_argument("--wide", action="store_true", help="print every cell whole, one line per row, however wide")
+
+
+def output_width(args: argparse.Namespace | None = None, *, isatty: bool | None = None) -> int | None:
+    """The columns a command's text fits: None with ``--wide``; the terminal's width on a terminal;
+    else ``NARROW`` (80)."""
+    if args is not None and getattr(args, "wide", False):
+        return None
+    if isatty if isatty is not None else sys.stdout.isatty():
+        return max(20, shutil.get_terminal_size((NARROW, 24)).columns)
+    return NARROW
+
+
+def clip(text: Any, width: int) -> str:
+    """``text`` on one line in at most ``width`` cells: control characters become spaces and a
+    longer text ends in an ellipsis."""
+    from rich.cells import cell_len, set_cell_size
+
+    text = _CONTROL.sub(" ", str(text))
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, max(0, width - 1)).rstrip() + ELLIPSIS if width > 0 else ""
+
+
+def render_table(header: Sequence[str], body: Sequence[Sequence[Any]], width: int | None, *, right: Sequence[str] = (),
+                 shrink: dict[str, int] | None = None, drop: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """A plain table (no colours, no box): the header line, then one line per row, columns
+    separated by two spaces. Returns the lines and the columns left out.
+
+    ``width`` None: every cell whole. Otherwise each line fits ``width`` cells, in this order of
+    resort: two spaces between columns; one; then (one space) the ``shrink`` columns (name -> least width, never
+    under the header's) cut with an ellipsis, in the order given, each to its least before the
+    next; then the ``drop`` columns left out, in order; last, each line cut at ``width``."""
+    from rich.cells import cell_len
+
+    cells = [[_CONTROL.sub(" ", str(c)) for c in row] for row in body]
+    natural = [max([cell_len(h), *(cell_len(row[i]) for row in cells)]) for i, h in enumerate(header)]
+    least = {h: max(cell_len(h), n) for h, n in (shrink or {}).items()}
+    cut_order = list(least)
+    shown = list(range(len(header)))
+    layout: tuple[list[int], list[int], int] | None = None
+    if width is None:
+        layout = (shown, natural, 2)
+    for left_out in range(len(drop) + 1):
+        if layout is not None:
+            break
+        shown = [i for i, h in enumerate(header) if h not in drop[:left_out]]
+        for gap, squeeze in ((2, False), (1, False), (1, True)):  # before a cell is cut, the gaps narrow
+            widths = [natural[i] for i in shown]
+            room = width - gap * (len(shown) - 1)
+            if squeeze:
+                order = sorted((k for k, i in enumerate(shown) if header[i] in least), key=lambda k: cut_order.index(header[shown[k]]))
+                widths = _squeeze(widths, [least.get(header[i]) for i in shown], order, room)
+            if sum(widths) <= room:
+                layout = (shown, widths, gap)
+                break
+    if layout is None:  # narrower than the columns that must stay whole: cut each line
+        shown = [i for i, h in enumerate(header) if h not in drop]
+        layout = (shown, [natural[i] for i in shown], 1)
+    shown, widths, gap = layout
+    lines = []
+    for row in [list(header), *cells]:
+        parts = []
+        for i, w in zip(shown, widths):
+            text = clip(row[i], w)
+            pad = " " * (w - cell_len(text))
+            parts.append(pad + text if header[i] in right else text + pad)
+        line = (" " * gap).join(parts).rstrip()
+        lines.append(clip(line, width) if width is not None else line)
+    return lines, [h for i, h in enumerate(header) if i not in shown]
+
+
+def _squeeze(widths: list[int], least: list[int | None], order: list[int], room: int) -> list[int]:
+    """``widths`` with the shrinkable columns (``order``: their positions, first cut first) each
+    narrowed to its ``least`` before the next, until they fit ``room``."""
+    widths = list(widths)
+    for i in order:
+        excess = sum(widths) - room
+        if excess <= 0:
+            break
+        widths[i] = max(least[i] or 0, widths[i] - excess)
+    return widths
+
+
+def fit_lines(text: str, width: int | None) -> str:
+    """``text`` with each line longer than ``width`` wrapped at spaces (continuations indented four
+    past the line's own indent; a word longer than the room is cut with an ellipsis)."""
+    import textwrap
+
+    if width is None:
+        return text
+    out = []
+    for line in text.splitlines():
+        line = _CONTROL.sub(" ", line).rstrip()
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        hang = (indent + "    ")[:max(0, width // 2)]
+        wrapped = textwrap.wrap(line.strip(), width=width, initial_indent=indent, subsequent_indent=hang,
+                                break_long_words=False, break_on_hyphens=False) or [line]
+        out.extend(clip(w, width) for w in wrapped)
+    return "\n".join(out)
+
+
+def gpus_cell(models: Sequence[str]) -> str:
+    """GPU models as one short cell: runs of one model counted (``8x NVIDIA H100``), else ``-``."""
+    parts: list[list[Any]] = []
+    for m in models:
+        if parts and parts[-1][0] == m:
+            parts[-1][1] += 1
+        else:
+            parts.append([m, 1])
+    return ", ".join(m if n == 1 else f"{n}x {m}" for m, n in parts) or "-"
+
+
 # -- status ---------------------------------------------------------------------------------------------
 def _ago(now: float, then: float | None) -> str:
     if not then:
@@ -195,69 +323,41 @@ def status_rows(records: Sequence[Any], now: float) -> list[dict[str, Any]]:
 
 STATUS_HEADER = ("NAME", "TIER", "GPUS", "STATUS", "RUNNING/MAX", "UTIL", "LAST SEEN", "NODE")
 _LEFT_OUT_WHEN_NARROW = ("NODE", "GPUS")
-"""Columns left out, in this order, while the table cannot fit the terminal (``--json`` keeps them)."""
+"""Columns left out, in this order, while the table cannot fit even with its long cells cut (``--json`` keeps them)."""
+_STATUS_SHRINK = {"GPUS": 10, "STATUS": 16, "NAME": 12}
+"""Cells cut (with an ellipsis) to fit, in this order, down to these; a node id is whole (12) or left out."""
 
 
 def format_status_table(rows: Sequence[dict[str, Any]], now: float, width: int | None = None) -> str:
-    """The fleet as a table (rich), best tier first, one line per node, no colours.
+    """The fleet as a table, best tier first, one line per node, no colours.
 
-    ``width``: the columns to fit in; by default the terminal's when stdout is one, else none (as
-    wide as the table needs: one line per node for grep and awk). On a terminal each GPU takes a
-    line and STATUS wraps to fit; where even that is too wide, NODE and then GPUS are left out,
-    with a line that says so."""
-    from rich.console import Console
-
+    ``width``: the columns to fit in (the CLI passes ``output_width``: 80 unless on a terminal);
+    None, as wide as the table needs (every cell whole). A table too wide cuts its long cells
+    (name, GPUs, status) with an ellipsis; where even that is too wide, NODE and then GPUS are
+    left out, with a line that says so."""
     from fabric.core.tiers import ComputeTier
 
-    if width is None and sys.stdout.isatty():
-        width = shutil.get_terminal_size().columns
-    gpu_sep = ", " if width is None else "\n"  # on a terminal one GPU a line; piped, one line a node
     body = []
     for row in sorted(rows, key=lambda r: (-ComputeTier.parse(r["tier"]).rank, r["name"], r["node_id"])):
         status = row["status"] + (" cordoned" if row["cordoned"] else "") + (" flap-held" if row["flap_held"] else "")
-        body.append((row["name"], row["tier"], gpu_sep.join(row["gpus"]) or "-", status, f"{row['running']}/{row['max']}",
+        body.append((row["name"], row["tier"], gpus_cell(row["gpus"]), status, f"{row['running']}/{row['max']}",
                      f"{row['utilization'] * 100:.0f}%", _ago(now, row["last_seen"]), row["node_id"][:12]))
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, highlight=False)
-    shown = list(STATUS_HEADER)
-    table = _status_table(shown, body)
-    for column in _LEFT_OUT_WHEN_NARROW:
-        if width is None or console.measure(table).minimum <= width:
-            break
-        shown.remove(column)
-        table = _status_table(shown, body)
-    if width is not None and console.measure(table).minimum <= width:
-        console.width = width  # else narrower than NAME, TIER and the numbers: as wide as it needs
-    left_out = [c for c in STATUS_HEADER if c not in shown]
-    console.print(table)
-    lines = [line.rstrip() for line in console.file.getvalue().splitlines()]
+    lines, left_out = render_table(STATUS_HEADER, body, width, right=("RUNNING/MAX", "UTIL"), shrink=_STATUS_SHRINK,
+                                   drop=_LEFT_OUT_WHEN_NARROW)
     if not body:
         lines.append("(no nodes registered)")
     if left_out:
-        lines.append(f"({' and '.join(left_out)} left out on {width} columns; --json has every field)")
+        lines.extend(fit_lines(f"({' and '.join(left_out)} left out on {width} columns; --json has every field)", width).splitlines())
     return "\n".join(lines)
 
 
-def _status_table(shown: Sequence[str], body: Sequence[tuple[str, ...]]) -> Any:
-    """The rich table of ``body`` (one tuple per node, in ``STATUS_HEADER`` order) with the columns
-    ``shown``; only STATUS wraps (at spaces), the rest stay whole."""
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="")
-    for column in shown:
-        table.add_column(column, overflow="fold", no_wrap=column != "STATUS",
-                         justify="right" if column in ("RUNNING/MAX", "UTIL") else "left")
-    for line in body:
-        table.add_row(*(v for c, v in zip(STATUS_HEADER, line) if c in shown))
-    return table
-
-
-def _pools_text() -> str:
+def _pools_text(width: int | None) -> str:
     """The pools as the scheduler sees them (``fabric pools``), or nothing when no scheduler runs."""
     from fabric.cli.pools_cmd import fetch_view, format_pools
     from fabric.runtime.control import FabricHandle
 
     try:
-        return format_pools(fetch_view(FabricHandle()))
+        return format_pools(fetch_view(FabricHandle()), width)
     except Exception:  # a fleet-only fabric (no scheduler): the node table is all there is
         return ""
 
@@ -277,9 +377,10 @@ def run_status(args: argparse.Namespace) -> int:
             return 1
         now = time.time()
         rows = status_rows(records, now)
-        print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now))
+        width = output_width(args)
+        print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now, width))
         if not args.json:
-            pools = _pools_text()
+            pools = _pools_text(width)
             if pools:
                 print()
                 print(pools)

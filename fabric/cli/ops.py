@@ -2,7 +2,8 @@
 the other moves of work are ``fabric.cli.moves_cmd``'s).
 
 ``explain`` is a dry-run placement against the live fleet: the decision and its trace (every
-node's first failing filter, every survivor's ranking key), for a person or as ``--json``.
+node's first failing filter, every survivor's ranking key), for a person (its long lines wrapped
+to 80 columns, or the terminal's; ``--wide`` keeps them whole) or as ``--json``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from typing import Any
 
 from fabric.cli.connect import connect
+from fabric.cli.node import add_width_flag, fit_lines, output_width
 from fabric.core import names
 from fabric.core.errors import FabricError
 
@@ -21,7 +23,7 @@ def add_parser(subparsers: Any) -> None:
                               ("uncordon", "let a cordoned or drained node take work again")):
         p = subparsers.add_parser(command, help=helptext, description=helptext)
         p.add_argument("node", help="node name or Ray node id")
-        p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+        p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
         p.set_defaults(func=run_node_op, op=command)
     e = subparsers.add_parser("explain", help="dry-run a placement against the live fleet and show why",
                               description="dry-run a placement against the live fleet and show why")
@@ -36,7 +38,8 @@ def add_parser(subparsers: Any) -> None:
     e.add_argument("--pool", help="pool to place into")
     e.add_argument("--verbose", action="store_true", help="every node's verdict, not only the top survivors")
     e.add_argument("--json", action="store_true", help="machine-readable output")
-    e.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    e.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
+    add_width_flag(e)
     e.set_defaults(func=run_explain)
 
 
@@ -98,5 +101,5 @@ def run_explain(args) -> int:
     if args.json:
         print(json.dumps({"requirement": repr(req), **out}, indent=2, default=str))
     else:
-        print(out["text"])
+        print(fit_lines(out["text"], output_width(args)))  # long lines (a requirement, node ids) wrap to fit
     return 0

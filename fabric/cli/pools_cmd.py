@@ -13,11 +13,14 @@ import json
 import sys
 from typing import Any, Sequence
 
+from fabric.cli.node import NARROW, add_width_flag, fit_lines, output_width
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("pools", help="pools, pool tiers, hot spares and prospective nodes, as the scheduler sees them")
-    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
     p.add_argument("--json", action="store_true", help="one JSON object: pools, spares, prospective")
+    add_width_flag(p)
     p.set_defaults(func=run_pools)
 
 
@@ -44,8 +47,8 @@ def pools_view(settings: Any, nodes: Sequence[Any], provisions: dict, spares: Se
     return {"pools": pools, "prospective": list(provisions.get("pending", ())), "instances": list(provisions.get("instances", ()))}
 
 
-def format_pools(view: dict) -> str:
-    """The view as lines that fit 80 columns."""
+def format_pools(view: dict, width: int | None = NARROW) -> str:
+    """The view as lines that fit ``width`` columns (80 by default; None: long names whole)."""
     lines: list[str] = []
     for pool in view["pools"]:
         lines.append(f"pool {pool['pool']}")
@@ -66,7 +69,7 @@ def format_pools(view: dict) -> str:
             where = f"{p['pool']}/{p['pool_tier']}"
             lines.append(f"  {p['provision_id']:<6} {where[:26]:<26} {p['shape'][:14]:<14} {p['age_s']:>6.1f}s old, "
                          f"{p['timeout_in_s']:.0f}s left")
-    return "\n".join(lines)
+    return fit_lines("\n".join(lines), width)
 
 
 def fetch_view(handle: Any) -> dict:
@@ -91,7 +94,7 @@ def run_pools(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"fabric pools: {exc}", file=sys.stderr)
             return 1
-        print(json.dumps(view, indent=2, default=str) if args.json else format_pools(view))
+        print(json.dumps(view, indent=2, default=str) if args.json else format_pools(view, output_width(args)))
         return 0
     finally:
         ray.shutdown()
