@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from fabric.core.errors import NodeNotFoundError, SettingsConflictError, SettingsError
 from fabric.core.names import (
-    DISPATCHER, HEAD_RESOURCE, HEALTH, NAMESPACE, PROBE_PREFIX, REGISTRY, SCHEDULER, SETTINGS_KEY, SPARES_PREFIX,
+    DISPATCHER, HEAD_RESOURCE, HEALTH, NAMESPACE, OPERATOR, PROBE_PREFIX, REGISTRY, SCHEDULER, SETTINGS_KEY, SPARES_PREFIX,
 )
 from fabric.core.settings import FabricSettings
 from fabric.runtime import session as sessions
@@ -76,6 +76,10 @@ def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True,
 
         reconcilers = start_reconcilers(driver, settings, [e.pool for e in live_list(driver, registry, settings, timeout_s)])
         waits += [r.ping.remote() for r in reconcilers]
+        if settings.api.enabled:  # the operator API (gRPC + JSON view); a failed bind is raised here
+            from actors.operator import OperatorActor
+
+            waits.append(_start(driver, OperatorActor, OPERATOR, as_dict).address.remote())
     driver.get(waits, timeout_s)
     sessions.use_settings(settings, driver)
     return FabricHandle()
@@ -122,7 +126,7 @@ def down(timeout_s: float = 30.0) -> list[str]:
         except Exception as exc:
             print(f"[fabric.down] terminating provisioned nodes failed: {type(exc).__name__}: {exc}")
     order = sorted(n for n in names if n.startswith(SPARES_PREFIX))
-    order += [n for n in (HEALTH, SCHEDULER, DISPATCHER) if n in names]
+    order += [n for n in (OPERATOR, HEALTH, SCHEDULER, DISPATCHER) if n in names]
     order += sorted(n for n in names if n.startswith(PROBE_PREFIX))
     order += [n for n in (REGISTRY,) if n in names]
     stopped = []
