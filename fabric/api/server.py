@@ -229,6 +229,55 @@ async def _refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Asy
     yield None  # never reached: abort raises
 
 
+class _Malformed:
+    """A request body that did not parse as its message (the handler answers INVALID_ARGUMENT)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = f"{type(error).__name__}: {error}"[:300]
+
+
+def _safe_parse(deserializer: Callable | None) -> Callable:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data) if deserializer is not None else data
+        except Exception as exc:
+            return _Malformed(exc)
+
+    return parse
+
+
+async def _malformed(context: grpc.aio.ServicerContext, request: "_Malformed") -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid message ({request.error})")
+
+
+def checked_parse(handler: Any) -> Any:
+    """``handler`` with a request parser that never raises: a body that is not its message is
+    INVALID_ARGUMENT (grpc would answer UNKNOWN)."""
+    if handler is None or handler.request_streaming:
+        return handler
+    if handler.response_streaming:
+        inner_stream = handler.unary_stream
+
+        async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+            if isinstance(request, _Malformed):
+                await _malformed(context, request)
+                return
+            async for item in inner_stream(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=_safe_parse(handler.request_deserializer),
+                                                    response_serializer=handler.response_serializer)
+    inner = handler.unary_unary
+
+    async def unary(request: Any, context: Any) -> Any:
+        if isinstance(request, _Malformed):
+            await _malformed(context, request)
+        return await inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=_safe_parse(handler.request_deserializer),
+                                               response_serializer=handler.response_serializer)
+
+
 class TokenInterceptor(grpc.aio.ServerInterceptor):
     """Every call needs ``authorization: Bearer <token>``; a missing or wrong one gets UNAUTHENTICATED
     before the method's handler is reached (its request is never parsed). ``refused`` counts them."""
@@ -241,7 +290,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails) -> Any:
         if bearer_ok(handler_call_details.invocation_metadata, self.token):
-            return await continuation(handler_call_details)
+            return checked_parse(await continuation(handler_call_details))
         self.refused += 1
         handler = await continuation(handler_call_details)
         if handler is not None and handler.response_streaming and not handler.request_streaming:

@@ -369,3 +369,24 @@ def test_a_servicer_without_the_interceptor_is_never_what_serve_builds() -> None
         assert isinstance(OperatorServicer(fake), pb_grpc.OperatorServicer)
 
     run(go())
+
+
+def test_a_body_that_is_not_its_message_is_invalid_argument_and_reaches_no_scheduler() -> None:
+    async def go() -> None:
+        a = await api()
+        codes = []
+        for path in ("Cordon", "CreateBundle", "Explain"):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await a.channel.unary_unary(f"/fabric.operator.v1.Operator/{path}")(b"\xff\xff\xff", metadata=GOOD)
+            codes.append(caught.value.code())
+        with pytest.raises(grpc.aio.AioRpcError) as streamed:
+            async for _ in a.channel.unary_stream("/fabric.operator.v1.Operator/WatchEvents")(b"\xff\xff", metadata=GOOD):
+                pass
+        ok = await a.stub.Cordon(pb.NodeRequest(node="n1"), metadata=GOOD)
+        calls = a.fake.calls
+        await a.close()
+        assert codes == [grpc.StatusCode.INVALID_ARGUMENT] * 3
+        assert streamed.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a valid message" in streamed.value.details()
+        assert ok.node_id == "n1" and calls == [("cordon", "n1")]
+
+    run(go())
