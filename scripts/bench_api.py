@@ -1,0 +1,322 @@
+#!/usr/bin/env python
+"""Benchmark the operator API (issue 17): operator calls over gRPC against the same scheduler work
+called directly with Ray, and the event log under a task burst with a WatchEvents stream open.
+
+The fabric is a real ``LocalFabric`` (head on 127.0.0.2, two ``cpu-only-box`` nodes of 2 slots);
+``fabric.up`` starts the ``fabric.operator`` actor, whose gRPC server this driver calls through the
+checked-in stubs with the bearer token (``fabric api-token``'s).
+
+- ``status``: ``Operator.Status`` over gRPC, one call at a time (``--calls`` of them): calls per
+  second and p50/p99 latency. ``direct``: what the servicer does for one Status (the scheduler
+  actor's ``metrics``, ``nodes``, ``job_statuses``, ``bundle_statuses``, at once) called directly
+  with ``ray.get`` from this driver, in the same run, in turns with the gRPC calls (blocks of
+  ``BLOCK``), so both see the same machine load. ``explain`` / ``direct_explain``: the same for
+  ``Operator.Explain`` (``{"min_tier": "cpu_ffmpeg"}``) against ``scheduler.explain(Requirement)``.
+- ``events``: while a burst of ``--tasks`` ``@adaptive.remote`` tasks runs (submit all, then
+  ``ray.get``), a producer in this driver appends events to the fabric's log as fast as the
+  scheduler takes them (``scheduler.record_event``, ``INFLIGHT`` calls in flight) and one
+  ``WatchEvents`` stream, opened before the burst, reads them. ``events_per_s``: the events the
+  watcher received during the burst per second of burst (``events_produced_per_s``: what the
+  producer logged; ``events_missed``: seq gaps the watcher saw, events the bounded log dropped
+  before it read them). The same burst runs without the watcher (the producer still running), in
+  turns over ``--rounds``; ``burst_ratio_with_watcher`` = median tasks/s with the watcher / median
+  without (goal >= 0.95: watching the log does not slow the fabric's work).
+
+Usage: scripts/bench_api.py [--calls 500] [--tasks 10000] [--rounds 3] [--json]
+With ``--json`` the last line is one object: ``status_per_s``, ``status_p99_ms``, ``direct_per_s``,
+``direct_p99_ms``, ``explain_per_s``, ``explain_p99_ms``, ``direct_explain_per_s``,
+``direct_explain_p99_ms``, ``events_per_s``, ``events_produced_per_s``, ``events_missed``,
+``burst_tasks_per_s_with_watcher``, ``burst_tasks_per_s_without``, ``burst_ratio_with_watcher`` and
+the per-round figures. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import grpc  # noqa: E402
+import ray  # noqa: E402
+
+from fabric import adaptive  # noqa: E402
+from fabric.api import operator_pb2 as pb  # noqa: E402
+from fabric.api import operator_pb2_grpc as pb_grpc  # noqa: E402
+from fabric.core.names import NAMESPACE, OPERATOR  # noqa: E402
+from fabric.core.placement import Requirement  # noqa: E402
+from fabric.testing import LocalFabric  # noqa: E402
+
+IP = "127.0.0.2"
+PROFILES = ["cpu-only-box", "cpu-only-box"]
+BLOCK = 50
+"""Calls per turn when gRPC and direct calls alternate."""
+INFLIGHT = 16
+"""The producer's record_event calls in flight."""
+EVENT_KIND = "bench_tick"
+REQUIREMENT = {"min_tier": "cpu_ffmpeg"}
+CALL_TIMEOUT_S = 30.0
+SETTINGS: dict[str, Any] = {
+    "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 5.0, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
+               "join_timeout_s": 90.0},
+}
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def tiny(x: int) -> int:
+    return x
+
+
+# -- operator calls ----------------------------------------------------------------------------------------
+class Calls:
+    def __init__(self, address: str, token: str, scheduler: Any) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.stub = pb_grpc.OperatorStub(self.channel)
+        self.meta = [("authorization", f"Bearer {token}")]
+        self.s = scheduler
+        self.req = Requirement(**REQUIREMENT)
+        self.req_json = json.dumps(REQUIREMENT)
+
+    def grpc_status(self) -> None:
+        self.stub.Status(pb.StatusRequest(), metadata=self.meta, timeout=CALL_TIMEOUT_S)
+
+    def direct_status(self) -> None:
+        s = self.s
+        ray.get([s.metrics.remote(), s.nodes.remote(), s.job_statuses.remote(), s.bundle_statuses.remote()],
+                timeout=CALL_TIMEOUT_S)
+
+    def grpc_explain(self) -> None:
+        self.stub.Explain(pb.ExplainRequest(requirement_json=self.req_json), metadata=self.meta, timeout=CALL_TIMEOUT_S)
+
+    def direct_explain(self) -> None:
+        ray.get(self.s.explain.remote(self.req, None, False), timeout=CALL_TIMEOUT_S)
+
+
+def timed_in_turns(kinds: dict[str, Callable[[], None]], calls: int) -> dict[str, dict[str, float]]:
+    """``calls`` calls of each kind, one at a time, the kinds taking turns in blocks of ``BLOCK``
+    (the order turning every block); per kind: calls per second (calls / the time spent in them)
+    and p50/p99 latency in ms."""
+    lat: dict[str, list[float]] = {k: [] for k in kinds}
+    names = list(kinds)
+    done, turn = 0, 0
+    while done < calls:
+        n = min(BLOCK, calls - done)
+        order = names[turn % len(names):] + names[:turn % len(names)]
+        for k in order:
+            fn = kinds[k]
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fn()
+                lat[k].append((time.perf_counter() - t0) * 1000)
+        done += n
+        turn += 1
+    return {k: {"per_s": len(v) / (sum(v) / 1000), "p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)} for k, v in lat.items()}
+
+
+# -- events under a burst ----------------------------------------------------------------------------------
+class Producer(threading.Thread):
+    """Appends events to the fabric's log as fast as the scheduler takes them, until stopped."""
+
+    def __init__(self, scheduler: Any) -> None:
+        super().__init__(daemon=True)
+        self.s = scheduler
+        self.stopping = threading.Event()
+        self.done: list[float] = []  # completion times
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            pending: list = []
+            i = 0
+            while not self.stopping.is_set():
+                while len(pending) < INFLIGHT:
+                    pending.append(self.s.record_event.remote(EVENT_KIND, {"i": i}))
+                    i += 1
+                ready, pending = ray.wait(pending, num_returns=1, timeout=CALL_TIMEOUT_S)
+                ray.get(ready)
+                now = time.perf_counter()
+                self.done.extend(now for _ in ready)
+            ray.get(pending, timeout=CALL_TIMEOUT_S)
+            now = time.perf_counter()
+            self.done.extend(now for _ in pending)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(CALL_TIMEOUT_S * 2)
+
+
+class Watcher(threading.Thread):
+    """One WatchEvents stream of ``EVENT_KIND`` from ``since``: each event's seq and arrival time."""
+
+    def __init__(self, stub: Any, meta: list, since: int) -> None:
+        super().__init__(daemon=True)
+        self.call = stub.WatchEvents(pb.WatchEventsRequest(since=since, kinds=[EVENT_KIND]), metadata=meta)
+        self.got: list[tuple[int, float]] = []
+        self.ticks: set[int] = set()  # the producer's event numbers received
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for ev in self.call:
+                self.got.append((ev.seq, time.perf_counter()))
+                self.ticks.add(int(json.loads(ev.data_json or "{}").get("i", -1)))
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.CANCELLED:
+                self.error = exc
+
+    def stop(self) -> None:
+        self.call.cancel()
+        self.join(10)
+
+
+def newest_seq(scheduler: Any) -> int:
+    newest = ray.get(scheduler.events.remote(0, None, -1), timeout=CALL_TIMEOUT_S)
+    return int(newest[-1]["seq"]) if newest else 0
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0, *, fail: bool = True) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            if fail:
+                raise RuntimeError(f"timed out waiting for {what}")
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def burst_round(fn: Any, tasks: int, scheduler: Any, calls: Calls, watch: bool) -> dict[str, Any]:
+    """One burst with the producer running, with or without a watcher."""
+    watcher = Watcher(calls.stub, calls.meta, newest_seq(scheduler)) if watch else None
+    if watcher:
+        watcher.start()
+    producer = Producer(scheduler)
+    producer.start()
+    if watcher:
+        wait_for(lambda: bool(watcher.got) or watcher.error is not None, "the watcher's first event")
+    else:
+        wait_for(lambda: bool(producer.done) or producer.error is not None, "the producer's first event")
+    t0 = time.perf_counter()
+    refs = [fn.remote(i) for i in range(tasks)]
+    out = ray.get(refs)
+    t1 = time.perf_counter()
+    producer.stop()
+    if out != list(range(tasks)):
+        raise RuntimeError("the burst lost or mixed up results")
+    for err in (producer.error, watcher.error if watcher else None):
+        if err is not None:
+            raise RuntimeError(f"{type(err).__name__}: {err}")
+    row: dict[str, Any] = {"watcher": watch, "tasks_per_s": tasks / (t1 - t0), "burst_s": t1 - t0,
+                           "events_produced_per_s": sum(t0 <= t <= t1 for t in producer.done) / (t1 - t0)}
+    if watcher:
+        produced = len(producer.done)
+        wait_for(lambda: len(watcher.ticks) >= produced, "the watcher to catch up", timeout_s=30, fail=False)
+        watcher.stop()
+        seqs = [s for s, _ in watcher.got]
+        row["events_per_s"] = sum(t0 <= t <= t1 for _, t in watcher.got) / (t1 - t0)
+        row["events_missed"] = len(set(range(produced)) - watcher.ticks)  # logged, never streamed
+        row["events_out_of_order"] = sum(b <= a for a, b in zip(seqs, seqs[1:]))
+    return row
+
+
+# -- main --------------------------------------------------------------------------------------------------
+def operator_endpoint(lf: LocalFabric) -> tuple[Any, str, str]:
+    def actor() -> Any:
+        try:
+            return ray.get_actor(OPERATOR, namespace=NAMESPACE)
+        except ValueError:
+            return None
+
+    op = lf.wait_until(actor, "the operator actor", timeout_s=60)
+    return op, ray.get(op.address.remote(), timeout=60)["grpc"], ray.get(op.token.remote(), timeout=60)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=500, help="operator calls of each kind (default 500)")
+    parser.add_argument("--tasks", type=int, default=10_000, help="tasks per burst (default 10000)")
+    parser.add_argument("--rounds", type=int, default=3, help="bursts with and without the watcher, each (default 3)")
+    parser.add_argument("--json", action="store_true", help="print a final JSON object")
+    args = parser.parse_args(argv)
+    if args.calls < 1 or args.tasks < 1 or args.rounds < 1:
+        parser.error("--calls, --tasks and --rounds must be positive")
+
+    say(f"starting a fabric: {len(PROFILES)} x cpu-only-box")
+    with LocalFabric(PROFILES, settings=SETTINGS, max_slots=2, timeout_s=120, node_ip_address=IP) as lf:
+        op, address, token = operator_endpoint(lf)
+        scheduler = lf._scheduler()
+        calls = Calls(address, token, scheduler)
+        say(f"operator API at {address}")
+        for fn in (calls.grpc_status, calls.direct_status, calls.grpc_explain, calls.direct_explain):
+            for _ in range(20):  # warm: channels, workers, the scheduler's first answers
+                fn()
+        say(f"status and explain: {args.calls} calls each, gRPC and direct in turns")
+        figures = timed_in_turns({"status": calls.grpc_status, "direct": calls.direct_status,
+                                  "explain": calls.grpc_explain, "direct_explain": calls.direct_explain}, args.calls)
+        for k, v in figures.items():
+            say(f"  {k:<15} {v['per_s']:8.1f} calls/s   p50 {v['p50_ms']:7.2f} ms   p99 {v['p99_ms']:7.2f} ms")
+
+        fn = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg")(tiny)
+        say("warming up: one burst with the producer and the watcher, not counted")
+        burst_round(fn, min(args.tasks, 2000), scheduler, calls, True)  # workers, leases, the stream's path
+        rows: list[dict[str, Any]] = []
+        for r in range(args.rounds):
+            for watch in ((False, True) if r % 2 == 0 else (True, False)):
+                row = burst_round(fn, args.tasks, scheduler, calls, watch)
+                rows.append(row)
+                extra = f"   events {row['events_per_s']:8.1f}/s (missed {row['events_missed']})" if watch else ""
+                say(f"  round {r + 1} burst {'with' if watch else 'without'} watcher: {row['tasks_per_s']:8.1f} tasks/s"
+                    f"   produced {row['events_produced_per_s']:8.1f} events/s{extra}")
+        calls.channel.close()
+
+    with_w = [x["tasks_per_s"] for x in rows if x["watcher"]]
+    without = [x["tasks_per_s"] for x in rows if not x["watcher"]]
+    watched = [x for x in rows if x["watcher"]]
+    result: dict[str, Any] = {
+        "status_per_s": figures["status"]["per_s"], "status_p50_ms": figures["status"]["p50_ms"],
+        "status_p99_ms": figures["status"]["p99_ms"],
+        "direct_per_s": figures["direct"]["per_s"], "direct_p50_ms": figures["direct"]["p50_ms"],
+        "direct_p99_ms": figures["direct"]["p99_ms"],
+        "explain_per_s": figures["explain"]["per_s"], "explain_p50_ms": figures["explain"]["p50_ms"],
+        "explain_p99_ms": figures["explain"]["p99_ms"],
+        "direct_explain_per_s": figures["direct_explain"]["per_s"], "direct_explain_p99_ms": figures["direct_explain"]["p99_ms"],
+        "events_per_s": statistics.median(x["events_per_s"] for x in watched),
+        "events_produced_per_s": statistics.median(x["events_produced_per_s"] for x in rows),
+        "events_missed": sum(x["events_missed"] for x in watched),
+        "events_out_of_order": sum(x["events_out_of_order"] for x in watched),
+        "burst_tasks_per_s_with_watcher": statistics.median(with_w),
+        "burst_tasks_per_s_without": statistics.median(without),
+        "burst_ratio_with_watcher": statistics.median(with_w) / statistics.median(without),
+        "tasks": args.tasks, "calls": args.calls, "rounds": args.rounds, "per_round": rows,
+    }
+    print(f"status over gRPC: {result['status_per_s']:.1f} calls/s, p99 {result['status_p99_ms']:.2f} ms; "
+          f"direct: {result['direct_per_s']:.1f} calls/s, p99 {result['direct_p99_ms']:.2f} ms")
+    print(f"explain over gRPC: {result['explain_per_s']:.1f} calls/s, p99 {result['explain_p99_ms']:.2f} ms; "
+          f"direct: {result['direct_explain_per_s']:.1f} calls/s, p99 {result['direct_explain_p99_ms']:.2f} ms")
+    print(f"events watched during a {args.tasks}-task burst: {result['events_per_s']:.1f}/s "
+          f"(produced {result['events_produced_per_s']:.1f}/s, missed {result['events_missed']})")
+    print(f"burst with watcher / without: {result['burst_tasks_per_s_with_watcher']:.1f} / "
+          f"{result['burst_tasks_per_s_without']:.1f} tasks/s = {result['burst_ratio_with_watcher']:.3f} (goal >= 0.95)")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
