@@ -355,7 +355,16 @@ class JobRunner(BundleOps):
                 "job_restarts": self.counters["job_restarts"], "jobs": dict(states)}
 
     def events_since(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
-        return [e for e in self.events if e["seq"] > since and (not kinds or e["kind"] in kinds)]
+        """Events numbered after ``since``, oldest first. The log is in seq order, so only its tail
+        newer than ``since`` is walked (a watcher that keeps up reads a few events, not the log)."""
+        newer: list[dict] = []
+        for e in reversed(self.events):
+            if e["seq"] <= since:
+                break
+            if not kinds or e["kind"] in kinds:
+                newer.append(e)
+        newer.reverse()
+        return newer
 
     # -- the loop ---------------------------------------------------------------------------------------
     def tick(self) -> None:

@@ -70,6 +70,8 @@ def read_json(field: str, text: str, kind: type, default: Any) -> Any:
         value = json.loads(text)
     except ValueError as exc:
         raise InvalidSpecError(f"{field}: not JSON ({exc})", field=field) from None
+    except RecursionError:
+        raise InvalidSpecError(f"{field}: JSON nested too deep", field=field) from None
     if not isinstance(value, kind):
         raise InvalidSpecError(f"{field}: must be a JSON {'object' if kind is dict else 'list'}", field=field)
     return value

@@ -413,3 +413,22 @@ def test_json_view_lists_the_live_node_in_seed_002_shape(api):
     assert node["tier"] == "cpu_ffmpeg" and node["limitations"]["max_concurrent_tasks"] == 2
     assert node["last_seen"].endswith("Z")
 
+
+
+DEEP_JSON = ["[" * 100_000 + "]" * 100_000, "{\"a\":" * 50_000 + "1" + "}" * 50_000]
+
+
+def test_json_nested_past_the_recursion_limit_is_invalid_argument(api):
+    c = Caller(api["grpc"], api["token"])
+    try:
+        codes = []
+        for j in DEEP_JSON:
+            job = pb.BundleJobSpec(name="j", cls="fabric.testing.counter:CounterJob", args_json=j)
+            for method, body in (("Explain", pb.ExplainRequest(requirement_json=j)),
+                                 ("CreateBundle", pb.BundleWriteRequest(bundle=pb.BundleSpec(bundle_id="fz", jobs=[job]),
+                                                                        validate_only=True)),
+                                 ("UpdateBundle", pb.BundleWriteRequest(bundle=pb.BundleSpec(bundle_id="fz", options_json=j)))):
+                codes.append((method, c.send(method, body.SerializeToString()), c.details))
+    finally:
+        c.close()
+    assert {code for _, code, _ in codes} == {grpc.StatusCode.INVALID_ARGUMENT}, codes
