@@ -52,6 +52,11 @@ OBSERVATION_VALID_S = 5.0
 """A ``SlotsObserved`` vouches for Ray's usage this long: without fresher ones, an expired lease's
 slots are simply given back (nothing would ever see its calls end)."""
 
+OBSERVED_SETTLE_S = 2.0
+"""How long after a lease expires before Ray's usage can vouch that one of its calls ended: a call
+sent just before the expiry is not yet counted (the raylet has to take it and report it), so an
+older observation, or one taken sooner, would read its slot as free and double-book the node."""
+
 STIMULUS_LOG_SIZE = 512
 """Stimuli kept in the core's log (``stimulus_log``), newest last."""
 
@@ -76,9 +81,13 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         self.drains = DrainBook()
         self.provisions = ProvisionBook()
         self._observed_until = float("-inf")
+        """Until when the last ``SlotsObserved`` stands (expired leases' slots are kept as observed then)."""
+        self._observed_at = float("-inf")
+        """When the last ``SlotsObserved`` was taken."""
         self._last_used: dict[str, int] = {}
         """The last ``SlotsObserved``: ``fabric.slots`` in use per node, as Ray counted them."""
-        """Until when the last ``SlotsObserved`` stands (expired leases' slots are kept as observed then)."""
+        self._observed_since: dict[int, tuple[str, float]] = {}
+        """The lease each ``OBSERVED`` reservation came from and when it expired (``OBSERVED_SETTLE_S``)."""
         self._outsiders: dict[str, ComputeTier] = {}
         self.counters = {
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
@@ -351,19 +360,28 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         ``OBSERVED`` reservations (``_drop_lease``): those Ray no longer counts go, and the queue moves.
         (Calls spilled by label were never reserved and are not: Ray queues them on its own.)"""
         self._observed_until = now + OBSERVATION_VALID_S
+        self._observed_at = now
         self._last_used = dict(s.used)
         return self._trim_observed(s.stimulus_id)
 
     def _trim_observed(self, sid: str) -> list[Instruction]:
+        """Give back the ``OBSERVED`` slots Ray no longer counts in use: only those the last
+        observation can vouch for (taken ``OBSERVED_SETTLE_S`` after their lease expired); the
+        fresher ones stay, and count toward what Ray reported on their node."""
         freed = False
+        since = self._observed_since
         for rec in self.fleet.records():
             mine = self.ledger.owned_on(rec.node_id, OBSERVED)
             if not mine:
                 continue
             want = max(0, self._last_used.get(rec.node_id, 0) - (self.ledger.running_on(rec.node_id) - len(mine)))
-            for aid in mine[want:]:
+            settled = [aid for aid in mine if since.get(aid, ("", float("-inf")))[1] + OBSERVED_SETTLE_S <= self._observed_at]
+            for aid in settled[max(0, want - (len(mine) - len(settled))):]:
                 self._release_one(aid)
+                since.pop(aid, None)
                 freed = True
+        if len(since) > len(self.ledger):  # entries released elsewhere (a node that left)
+            self._observed_since = {aid: t for aid, t in since.items() if aid in self.ledger}
         return self._place_waiting(sid) if freed else []
 
     def _slots_released(self, s: st.SlotsReleased, now: float) -> list[Instruction]:
@@ -420,9 +438,10 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             self.counters["queue_expired"] += 1
             out.append(Expired(q.request_id, self._timeout_error(q, now), stimulus_id=sid))
         expired = self.leases.expired(now)
-        # Kept as OBSERVED only while work waits to be placed (else nothing could be double-booked
-        # onto them, and the next call should find its best node free at once).
-        observing = now < self._observed_until and len(self.queue) > 0
+        # Kept as OBSERVED while Ray's usage is observed, whether or not work waits: a call placed
+        # right after the expiry would otherwise be double-booked onto a node whose leased calls
+        # still run (it then waits behind them there while another node has room).
+        observing = now < self._observed_until
         for lid in expired:
             self._drop_lease(lid, keep_as_observed=observing)
             self.counters["leases_expired"] += 1
@@ -525,6 +544,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         previous = self.leases.get(lease_id)
         renewals = previous.renewals + 1 if previous is not None else 0
         self._drop_lease(lease_id)
+        self._drop_observed_of(lease_id)
         res = reserve_slots(self.fleet, req, holding or {}, want, self.ray_gpus)
         for a in res.held:
             self.ledger.track(a, lease_id, held=True)
@@ -537,12 +557,24 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         return LeaseGrant(lease_id, res.slots, spill, self.leases.ttl_s, via)
 
     def _end_leases(self, lease_ids: Iterable[str], sid: str) -> list[Instruction]:
-        """Give leases back, one by one; the queue tries again after each one that was held."""
+        """Give leases back, one by one; the queue tries again after each one that was held. A
+        lease is given back idle (none of its calls in flight), so the ``OBSERVED`` slots an earlier
+        expiry of it left go too."""
         out: list[Instruction] = []
         for lid in lease_ids:
-            if self._drop_lease(lid):
+            had_observed = any(owner == lid for owner, _ in self._observed_since.values())
+            self._drop_observed_of(lid)
+            if self._drop_lease(lid) or had_observed:
                 out.extend(self._place_waiting(sid))
         return out
+
+    def _drop_observed_of(self, lease_id: str) -> None:
+        """A lease renewed after it expired: its ``holding`` now reserves its running calls, so the
+        ``OBSERVED`` slots it left go (kept, they would count those calls twice)."""
+        mine = [aid for aid, (lid, _) in self._observed_since.items() if lid == lease_id]
+        for aid in mine:
+            del self._observed_since[aid]
+            self._release_one(aid)
 
     def _drop_lease(self, lease_id: str, *, keep_as_observed: bool = False) -> bool:
         """Give a lease's reservations back. ``keep_as_observed`` (a lease that expired while Ray's
@@ -557,6 +589,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
                 continue
             if keep_as_observed:
                 self.ledger.track(e.allocation, OBSERVED, held=True)
+                self._observed_since[aid] = (lease_id, self.clock())
             else:
                 self.fleet.release(e.allocation)
         return True
