@@ -4,7 +4,7 @@ The surfaces come from ``surfaces_pure.py`` (settings, requirements, decorator, 
 recordings) and, where present, ``surfaces_registry.py`` (the registry's calls) and
 ``surfaces_scheduler.py`` (the scheduler's). Each surface is
 its own test, so a failure names the surface and shows the inputs that crashed it. The number of
-examples per surface is ``FABRIC_FUZZ_EXAMPLES`` (default 200); ``scripts/fuzz.py`` runs the
+examples per surface is ``FABRIC_FUZZ_EXAMPLES`` (default 100); ``scripts/fuzz.py`` runs the
 large profile.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from fabric.testing.fuzz import SURFACES, run_surface
 
 HERE = Path(__file__).resolve().parent
-EXAMPLES = int(os.environ.get("FABRIC_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("FABRIC_FUZZ_EXAMPLES", "100"))
 
 for module in ("surfaces_pure", "surfaces_registry", "surfaces_scheduler"):
     if (HERE / f"{module}.py").exists():

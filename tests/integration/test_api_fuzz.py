@@ -29,6 +29,7 @@ import math
 import random
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -59,6 +60,8 @@ nor UNAVAILABLE (the server went away)."""
 DEADLINE_S = 20.0
 STREAM_WAIT_S = 1.0
 MIN_MESSAGES = 1000
+SENDERS = 8
+"""Fuzzed calls in flight at once (the server runs its calls on a thread pool)."""
 
 IP = "127.0.0.2"
 SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0,
@@ -205,6 +208,7 @@ class Caller:
                        for m in STREAM}
         self.codes: dict[str, int] = {}
         self.details = ""
+        self.lock = threading.Lock()
 
     def meta(self, token: str | None = "", key: str = "authorization") -> list[tuple[str, str]]:
         token = self.token if token == "" else token
@@ -212,8 +216,13 @@ class Caller:
 
     def send(self, method: str, body: bytes, metadata=None) -> grpc.StatusCode:
         """One call; its status code (a stream that opened and waits counts as OK)."""
+        code, self.details = self.call(method, body, metadata)
+        return code
+
+    def call(self, method: str, body: bytes, metadata=None) -> tuple[grpc.StatusCode, str]:
+        """One call, safe from several threads at once: its status code and details."""
         metadata = self.meta() if metadata is None else metadata
-        self.details = ""
+        details = ""
         if method in STREAM:
             call = self.stream[method](body, metadata=metadata, timeout=DEADLINE_S)
             box: list = []
@@ -235,9 +244,10 @@ class Caller:
                 code = grpc.StatusCode.OK
             except grpc.RpcError as exc:
                 code = exc.code()
-                self.details = (exc.details() or "")[:160]
-        self.codes[code.name] = self.codes.get(code.name, 0) + 1
-        return code
+                details = (exc.details() or "")[:160]
+        with self.lock:
+            self.codes[code.name] = self.codes.get(code.name, 0) + 1
+        return code, details
 
     def close(self) -> None:
         self.channel.close()
@@ -265,10 +275,13 @@ def test_fuzzed_grpc_stream_gets_typed_answers_and_the_actor_stays_up(api):
     c = Caller(api["grpc"], api["token"])
     untyped: list[tuple] = []
     try:
-        for method, body in messages:
-            code = c.send(method, body)
+        # SENDERS at a time (a valid WatchEvents waits STREAM_WAIT_S for its first event: one by
+        # one, those waits were most of this test's time); every answer is still checked
+        with concurrent.futures.ThreadPoolExecutor(SENDERS) as pool:
+            answers = list(pool.map(lambda mb: c.call(*mb), messages))
+        for (method, body), (code, details) in zip(messages, answers):
             if code not in TYPED:
-                untyped.append((method, code.name, c.details, body[:40]))
+                untyped.append((method, code.name, details, body[:40]))
         # the same at once: 200 random bodies in flight together
         futures = [(m, c.unary[m].future(b, metadata=c.meta(), timeout=DEADLINE_S))
                    for m, b in ((rng.choice(list(UNARY)), rng.randbytes(rng.randrange(0, 300))) for _ in range(200))]
@@ -375,18 +388,21 @@ def http_requests(rng: random.Random, token: str) -> list[tuple[bytes, set]]:
 def test_fuzzed_http_view_never_5xx_and_still_serves(api):
     rng = random.Random(1717)
     requests = http_requests(rng, api["token"])
-    bad = []
-    for raw, allowed in requests:
+
+    def one(raw: bytes, allowed: set) -> tuple | None:
+        """The request's unexpected answer (None: an allowed one)."""
         try:
             status = http_raw(api["http"], raw, timeout_s=5.0 if len(raw) < 200 or not raw.startswith(b"GET") else DEADLINE_S)
         except socket.timeout:
             status = "timeout"  # a cut-short request waits for the rest: aiohttp's own keep-alive timeout ends it
             if None in allowed:
-                continue
+                return None
         except (ConnectionResetError, BrokenPipeError):
             status = None
-        if status not in allowed:
-            bad.append((raw[:80], status, sorted(map(str, allowed))))
+        return None if status in allowed else (raw[:80], status, sorted(map(str, allowed)))
+
+    with concurrent.futures.ThreadPoolExecutor(SENDERS) as pool:  # cut-short ones wait out their timeout side by side
+        bad = [b for b in pool.map(lambda r: one(*r), requests) if b is not None]
     assert not bad, f"{len(bad)} of {len(requests)} unexpected answers, first: {bad[:8]}"
     host_status = http_raw(api["http"], f"GET /api/capabilities/nodes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api['token']}"
                            "\r\nConnection: close\r\n\r\n".encode())
