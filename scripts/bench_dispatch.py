@@ -68,10 +68,13 @@ def machine_cpu_s() -> float:
 def settle(quiet_pct: float, max_s: float = 20.0) -> float:
     """Wait until the machine is quiet again after a burst (Ray frees the burst's objects and
     flushes its task events after ``ray.get`` returns); returns the seconds waited. Without this
-    the burst that runs second in a round pays for the first one's cleanup."""
+    the burst that runs second in a round pays for the first one's cleanup. ``quiet_pct`` 100 or
+    more: no wait (the machine's CPU use is never over 100 percent; no 0.5 s sample is taken)."""
     import psutil
 
     t0 = time.perf_counter()
+    if quiet_pct >= 100:
+        return 0.0
     while time.perf_counter() - t0 < max_s:
         if psutil.cpu_percent(interval=0.5) < quiet_pct:
             break
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds per burst size; each runs every kind, the order turning every round (default 4)")
     parser.add_argument("--sizes", default="1000,10000", help="burst sizes (default 1000,10000)")
     parser.add_argument("--quiet-pct", type=float, default=25.0,
-                        help="before each burst, wait until the machine's CPU use is under this percent (default 25)")
+                        help="before each burst, wait until the machine's CPU use is under this percent (default 25; 100: no wait)")
     parser.add_argument("--latency-calls", type=int, default=300, help="single calls for p50/p99 (default 300)")
     parser.add_argument("--by-process", action="store_true",
                         help="also report CPU per task by process role (driver, raylet, GCS, workers, the fabric's actors)")
@@ -248,11 +251,15 @@ def main(argv: list[str] | None = None) -> int:
         lease_rows: dict[tuple[str, int], list[float]] = {}
         by_role: dict[tuple[str, str], list[float]] = {}  # (kind, role) -> CPU ms per task, biggest burst only
         procs = ProcessCPU() if args.by_process else None
+        leases_after = lease_requests()
         for size in sizes:
             for r in range(args.rounds):
                 for kind, fn in in_turn(r):
                     waited = settle(args.quiet_pct)
-                    leases_before = lease_requests()
+                    # the count after the last burst is the count before this one: the counter is
+                    # cumulative and the driver sends nothing between two bursts (one wait for Ray's
+                    # next stats block per burst, not two)
+                    leases_before = leases_after
                     before = procs.snapshot() if procs and size == max(sizes) else None
                     rate, cpu_ms, ranks = burst(fn, size)
                     ran.setdefault((kind, size), []).extend(ranks)
