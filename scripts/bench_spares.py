@@ -12,14 +12,15 @@ times until the job answers again from another node (``kill_and_time`` of ``benc
 also times Ray's death detection: the killed node ``Alive: false`` in ``ray.nodes()``):
 
 - ``spare``: one hot spare is live (``hot_spares`` target 1); the job is ``prefer_spare``: it lands
-  on the spare (which then stops being one; the reconciler provisions a replacement before the
-  next trial);
+  on the spare (which then stops being one); the target goes back to 0 as soon as the job
+  answered again (the next trial, ``busy``, wants no spares: a replacement spare would only be
+  provisioned to be reaped);
 - ``busy``: no spares (target 0); a second fixed node carries another job; the failing job
   (``avoid_spare``) lands on that busy node;
 - ``provisioned``: no spares, and the killed node was the only fixed node: nothing fits, so the
   recovery's placement provisions a node (the cascade) and the job waits for it.
 
-The killed fixed node is replaced by a new one after each trial. ``provision_to_serving_s``: per
+The killed fixed node is replaced by a new one before the next trial. ``provision_to_serving_s``: per
 provider, the median seconds from the scheduler asking the provider for a node to that node
 registering with the fabric (``h.provisions()["serving_s"]``): ``local`` from every provision of
 this run; ``ray-autoscaler`` from a second fabric on Ray's autoscaler v2 over the fake multi-node
@@ -142,6 +143,7 @@ def spare_trial(b: Bench) -> dict[str, Any]:
     b.spares(1)
     spare = b.h.spares()[0]["live"][0]
     out = b.trial("prefer_spare")
+    b.h.update_hot_spares([{"pool": "default", "target_count": 0, "provision_backoff_s": 5}])  # no replacement spare
     if out["new_node"] != spare:
         raise RuntimeError(f"the job recovered onto {out['landed_on']}, not onto the spare {spare[:12]}")
     return out
@@ -175,8 +177,7 @@ def provisioned_trial(b: Bench) -> dict[str, Any]:
     out = b.trial("avoid_spare")
     if out["landed_pool_tier"] != "spares":
         raise RuntimeError(f"the job recovered onto {out['landed_on']}, not a provisioned node")
-    b.add_fixed()
-    return out
+    return out  # the killed fixed node is replaced before the next trial (main's loop), not after the last
 
 
 def autoscaler_serving(trials: int) -> list[float]:
@@ -205,6 +206,8 @@ def autoscaler_serving(trials: int) -> list[float]:
                 new = [v for k, v in serving.items() if k not in seen]
                 out += new
                 print(f"  ray-autoscaler provision {i + 1}: serving after {secs(new[0] if new else None)} s", flush=True)
+                if i == trials - 1:  # the next provision needs the node gone; after the last, the cluster goes
+                    break
                 c.wait_until(lambda: not [n for n in ray.nodes() if n["Alive"] and n["Labels"].get("fabric.io/pool-tier") == "cloud"],
                              "the idle node given back", timeout_s=180)
         finally:
