@@ -140,15 +140,19 @@ class Fleet:
             raise
 
     def add(self, profile: str, wait: bool = True) -> str:
+        """A new node of ``profile``; its age counts from its raylet joining Ray (when Ray's health
+        checks of it start), not from the fabric registering it (``wait``: waited for after)."""
         self.count += 1
         name = f"{profile}-{self.count}"
-        self.lf.add_node(name, recording=str(self.recordings[profile]), wait=wait)
+        node = self.lf.add_node(name, recording=str(self.recordings[profile]), wait=False)
         self.profile[name], self.born[name] = profile, time.monotonic()
+        if wait:
+            self.lf.wait_registered([node.node_id])
         return name
 
-    def replace(self, name: str) -> str:
+    def replace(self, name: str, wait: bool = True) -> str:
         """A new node of ``name``'s profile (``name`` was killed); its name."""
-        return self.add(self.profile[name])
+        return self.add(self.profile[name], wait=wait)
 
     def settle(self, name: str) -> None:
         """Wait until node ``name`` has been up ``SETTLE_S``: Ray's health checks of a node start
@@ -227,7 +231,9 @@ def fabric_trial(fleet: Fleet) -> dict[str, Any]:
     return out
 
 
-def ray_trial(fleet: Fleet, name: str) -> dict[str, Any]:
+def ray_trial(fleet: Fleet, name: str, wait: bool = True) -> dict[str, Any]:
+    """``wait``: until the replacement of the killed node registered (the last trial's replacement
+    registers while the placement phase measures one job's memory: ``main`` waits for it after)."""
     node_id = fleet.lf.node(name).node_id
     actor = RayPing.options(num_cpus=0.5, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
     home = ray.get(actor.ping.remote(), timeout=120)
@@ -237,7 +243,7 @@ def ray_trial(fleet: Fleet, name: str) -> dict[str, Any]:
     out = kill_and_time(fleet.lf, name, lambda: ray.get(actor.ping.remote(), timeout=CALL_TIMEOUT_S))
     out.update(node=name, moved_to=fleet.name_of(out["new_node"]))
     ray.kill(actor, no_restart=True)
-    out["replacement"] = fleet.replace(name)
+    out["replacement"] = fleet.replace(name, wait=wait)
     return out
 
 
@@ -382,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             fabric_runs.append(f)
             print(f"trial {trial + 1} fabric: {f['recovery_s']:.2f} s ({f['node']} -> {f['moved_to']}; Ray saw the node dead "
                   f"after {secs(f['death_detection_s'])} s; restarts {f['restarts_last_hour']}; errors {f['errors']})", flush=True)
-            r = ray_trial(fleet, f["replacement"])
+            r = ray_trial(fleet, f["replacement"], wait=trial < args.trials - 1)
             ray_runs.append(r)
             print(f"trial {trial + 1} ray:    {r['recovery_s']:.2f} s ({r['node']} -> {r['moved_to']}; Ray saw the node dead "
                   f"after {secs(r['death_detection_s'])} s; errors {r['errors']})", flush=True)
@@ -396,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(goal <= 2)", flush=True)
 
         per_job_mb = job_worker_mb(lf)
+        lf.wait_registered()  # the last trial's replacement: every placement runs on the full fleet
         jobs = jobs_that_fit(args.jobs, per_job_mb, args.mem_share)
         print(f"one job's worker: {per_job_mb:.0f} MB; {args.jobs} jobs asked, "
               + (f"{jobs} fit in {args.mem_share:.0%} of the memory available: running {jobs}" if jobs < args.jobs
