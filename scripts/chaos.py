@@ -338,9 +338,13 @@ def main(argv: list[str] | None = None) -> int:
         if fleet_scenarios:
             fragile = work / "fragile-gpu"
             shutil.copytree(profile_path("gpu-cuda-workstation"), fragile)
-            console.print(f"==> starting a local fleet: {', '.join(PROFILES)}, fragile-gpu")
+            # fragile-gpu (a second gpu_cuda node, from a recording of its own) is the node only
+            # "demoted" uses (it rewrites its recording): started only when that scenario runs
+            with_fragile = "demoted" in fleet_scenarios
+            console.print(f"==> starting a local fleet: {', '.join(PROFILES + ['fragile-gpu'] * with_fragile)}")
             with LocalFabric(PROFILES, settings=SETTINGS, max_slots=2, timeout_s=120) as lf:
-                lf.add_node("fragile-gpu", recording=str(fragile))
+                if with_fragile:
+                    lf.add_node("fragile-gpu", recording=str(fragile))
                 fleet = Fleet(lf, work)
                 faults = {
                     "scheduler_sigkill": lambda: run(fleet, "scheduler_sigkill", sigkill(names.SCHEDULER, lambda h: ray.get(h.pid.remote(), timeout=10)),
