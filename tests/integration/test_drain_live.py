@@ -72,8 +72,10 @@ def name_of(lf, node_id: str) -> str:
     return next(n.name for n in lf.history if n.node_id == node_id)
 
 
-def replace_node(lf, node_id: str) -> None:
-    """The node Ray drained (or a reclaim took) goes, and a fresh one of its profile joins."""
+def replace_node(lf, node_id: str, *, wait: bool = True):
+    """The node Ray drained (or a reclaim took) goes, and a fresh one of its profile joins (its
+    ``LocalNode``). ``wait=False``: return once its raylet is up, before the fabric registered it
+    (the caller waits, ``lf.wait_registered``)."""
     node = next(n for n in lf.history if n.node_id == node_id)
     if node.alive:
         try:
@@ -82,7 +84,7 @@ def replace_node(lf, node_id: str) -> None:
             node.alive = False
     lf.wait_until(lambda: node_id not in {n.node_id for n in lf.handle.nodes() if n.status.value == "active"},
                   "the old node gone", timeout_s=60)
-    lf.add_node(node.name, profile=node.profile)
+    return lf.add_node(node.name, profile=node.profile, wait=wait)
 
 
 def gather(lf, jobs, node_id: str) -> None:
@@ -197,14 +199,21 @@ def test_ten_notices_in_a_row_never_break_a_bundle(lf, tmp_path):
                                                       max_restarts_per_hour=1)])
     lf.handle.create_bundle(b)
     job_id = lf.handle.bundle("reclaimed").jobs["0/enc"]
+    fresh = None  # the node started last round, its registration still to wait for
     for round_ in range(10):
         lf.wait_until(lambda: lf.handle.job(job_id).state == JobState.RUNNING, f"the job running (round {round_})",
                       timeout_s=120)
         node = lf.handle.job(job_id).node_id
         lf.handle.handle_node_interruption(node, deadline=time.time())  # no time to move: it is lost with the node
         lf.wait_until(lambda: lf.handle.job(job_id).node_id not in (None, node), "the job placed elsewhere", timeout_s=60)
-        replace_node(lf, node)
+        # A fresh node's registration (its probe actor, the scheduler's view) overlaps the next
+        # round's replacement: at most one is unregistered, so two nodes stay for the job to move to.
+        started = replace_node(lf, node, wait=False)
+        if fresh is not None:
+            lf.wait_registered([fresh.node_id])
+        fresh = started
         assert lf.handle.bundle("reclaimed").state == "live"
+    lf.wait_registered([fresh.node_id])  # the fleet is whole again for the next test
     s = lf.handle.job(job_id)
     assert s.restarts_last_hour == 0 and lf.handle.bundle("reclaimed").state == "live", [h[1:] for h in s.history]
     assert sum("preempted" in r for _, _, r in s.history) >= 1
