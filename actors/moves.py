@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric.core.errors import MessageError, MigrationError
+from fabric.core.errors import MessageError, MigrationError, NodeNotFoundError
 from fabric.core.jobs.drains import INTERRUPTION_KINDS
 from fabric.core.jobs.migration import MigrationStrategy
 from fabric.core.scheduling import messages as msg
@@ -69,7 +69,15 @@ class SchedulerMoves:
         return await self._drains().drain(node_id, timeout_s, force, strategy)
 
     def drain_status(self, node: str) -> Any:
-        return self._drains().status(self._node(node))
+        """The drain of ``node`` (by id or name), in progress or the latest ended. A node Ray drained
+        has left the fleet by the time its drain is read back: by id, its drain still answers."""
+        node_id = msg.read_id("node", node)
+        try:
+            node_id = self.core.resolve_node(node_id)
+        except NodeNotFoundError:
+            if self._drains().status(node_id) is None:
+                raise
+        return self._drains().status(node_id)
 
     def evict(self, node: str) -> list[str]:
         """Stop the node's jobs now; each recovers by its policy. The ids stopped."""
