@@ -25,7 +25,6 @@ import time
 import uuid
 from typing import Any, Callable
 
-from ray import cloudpickle
 
 from actors.bundle_ops import BundleOps
 from actors.drains import DrainRunner
@@ -37,6 +36,7 @@ from fabric.core.jobs.book import (
 )
 from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
 from fabric.core.scheduling.stimuli import new_stimulus_id
+from fabric.store.job_rows import decode_bundle, decode_event, decode_job, encode_bundle, encode_event, encode_job
 from fabric.store.jobs import JobStore
 
 WATCH_S = 30.0
@@ -83,20 +83,19 @@ class JobRunner(BundleOps):
     def _load(self) -> None:
         for bundle_id, blob in self.store.bundles():
             try:
-                b = pickle.loads(blob)
-                rec = self.book.add_bundle(bundle_id, b["bundle"])
-                rec.state, rec.reasons, rec.jobs = b["state"], list(b["reasons"]), dict(b["jobs"])
+                got = decode_bundle(blob, self.store.bundle_payload(bundle_id))
+                rec = self.book.add_bundle(bundle_id, got.bundle)
+                rec.state, rec.reasons, rec.jobs = got.state, list(got.reasons), dict(got.jobs)
             except Exception as exc:  # an unreadable row: say so, keep the rest
                 print(f"[fabric.jobs] bundle {bundle_id!r} could not be read back: {type(exc).__name__}: {exc}")
         for job_id, blob in self.store.jobs():
             try:
-                rec: JobRecord = pickle.loads(blob)
-                self.book.adopt(rec)
+                self.book.adopt(decode_job(blob))
             except Exception as exc:
                 print(f"[fabric.jobs] job {job_id!r} could not be read back: {type(exc).__name__}: {exc}")
         for seq, blob in self.store.events(max(0, self.seq - MAX_EVENTS)):
             try:
-                self.events.append(pickle.loads(blob))
+                self.events.append(decode_event(blob))
             except Exception:
                 pass
         self.book.dirty.clear()
@@ -117,13 +116,12 @@ class JobRunner(BundleOps):
         for job_id in sorted(self.book.dirty):
             rec = self.book.jobs.get(job_id)
             payload = new_payloads.get(job_id)
-            jobs.append((job_id, None if rec is None else pickle.dumps(rec),
+            jobs.append((job_id, None if rec is None else encode_job(rec),
                          None if payload is None else pickle.dumps(payload)))
-        bundles = []
+        bundles: list[tuple[str, bytes | None, bytes | None]] = []
         for bundle_id in sorted(self.book.dirty_bundles):
             b = self.book.bundles.get(bundle_id)
-            bundles.append((bundle_id, None if b is None else cloudpickle.dumps(  # its job classes by value
-                {"bundle": b.bundle, "state": b.state, "reasons": b.reasons, "jobs": b.jobs})))
+            bundles.append((bundle_id, None, None) if b is None else (bundle_id, *encode_bundle(b)))
         self.book.dirty.clear()
         self.book.dirty_bundles.clear()
         if jobs or bundles:
@@ -335,7 +333,7 @@ class JobRunner(BundleOps):
         event = {"seq": self.seq, "kind": kind, "at": self.clock(), "stimulus_id": stimulus_id or new_stimulus_id(),
                  "data": dict(data)}
         self.events.append(event)
-        self._new_events.append((self.seq, pickle.dumps(event)))
+        self._new_events.append((self.seq, encode_event(event)))
         self.counters[f"events_{kind}"] += 1
         if kind == "job_state" and data.get("to") == "recovering":
             self.counters["job_restarts"] += 1

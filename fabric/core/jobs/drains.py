@@ -367,6 +367,20 @@ class NodeDrain:
         self._move(NodeDrainPhase.FAILED, now, reason)
         return True
 
+    def restore(self, *, phase: NodeDrainPhase, reason: str, ray_drain: str | None, ended_at: float | None,
+                history: list[tuple[NodeDrainPhase, float, str]], jobs: list[DrainJob]) -> None:
+        """Put back what a stored drain had reached (a scheduler restart): its phase, history, Ray's
+        answer and each job's status. ``RequirementError`` when the result breaks the drain's rules
+        (a history the table does not allow, jobs that are not the drain's)."""
+        if [j.job_id for j in jobs] != list(self._jobs):
+            raise RequirementError("jobs", "must be the drain's jobs, in order", [j.job_id for j in jobs])
+        self.phase, self.reason, self.ray_drain, self.ended_at = phase, reason, ray_drain, ended_at
+        self.history = list(history)
+        self._jobs = {j.job_id: j for j in jobs}
+        problems = _drain_problems(self)
+        if problems:
+            raise RequirementError("history", "; ".join(problems), [p.value for p, _, _ in history])
+
     def _ask_ray(self) -> AskRayToDrain:
         if self.interruption is not None:
             return AskRayToDrain(self.node_id, "PREEMPTION", self.interruption_deadline,
@@ -411,6 +425,17 @@ class NodeDrains:
                       interruption=interruption, interruption_deadline=interruption_deadline)
         self._active[node_id] = d
         return d
+
+    def adopt(self, d: NodeDrain) -> None:
+        """A drain read back from the store (a scheduler restart): in progress, or filed as ended."""
+        if d.terminal:
+            self._ended.append(d)
+        else:
+            self._active[d.node_id] = d
+
+    def every(self) -> list[NodeDrain]:
+        """Every drain kept: those that ended (oldest first), then those in progress."""
+        return list(self._ended) + list(self._active.values())
 
     def get(self, node_id: str) -> NodeDrain | None:
         """The drain in progress on ``node_id``, if any."""
