@@ -110,13 +110,11 @@ class Operator:
             print(f"[fabric.operator] the operator API did not start: {type(exc).__name__}: {exc}")
 
     def _store_path(self) -> Path:
-        configured = self.settings.store.path
-        if configured:
-            return Path(configured).expanduser()
-        from actors.registry import default_store_path
         from fabric.rayio.adapter import RayAdapter
+        from fabric.store.paths import configured_store_paths, store_paths
 
-        return default_store_path(RayAdapter().gcs_address())
+        configured = configured_store_paths(self.settings)
+        return (configured or store_paths(self.settings, RayAdapter().gcs_address())).nodes
 
     def _run(self, coro: Any, timeout_s: float = START_TIMEOUT_S) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)

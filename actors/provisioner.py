@@ -36,11 +36,9 @@ PROVIDER_THREADS = 4
 
 def providers_dir(settings: Any, gcs_address: str) -> Path:
     """``<store folder>/providers``: where providers keep what outlives a call (logs, pid files)."""
-    from actors.registry import default_store_path
+    from fabric.store.paths import store_paths
 
-    configured = settings.store.path
-    base = Path(configured).expanduser() if configured else default_store_path(gcs_address)
-    return base.parent / "providers"
+    return store_paths(settings, gcs_address).folder / "providers"
 
 
 class Provisioner:

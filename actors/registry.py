@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 import ray
 
@@ -41,6 +41,7 @@ from fabric.core.lifecycle import NodeStatus, check_transition
 from fabric.core.messages import check_joined_tiers, read_events, read_heartbeat, read_registration, read_report
 from fabric.core.records import ChangePage, FeedSnapshot, RegistryRecord, Utilization
 from fabric.store import FabricStore
+from fabric.store.paths import default_store_path  # noqa: F401 - re-exported where it always was
 from fabric.store.changes import ChangeLog
 
 MAX_WARM = 10_000
@@ -363,19 +364,6 @@ def _identity_changed(before: RegistryRecord, after: RegistryRecord) -> bool:
 def _stimulus(what: str) -> str:
     """A fresh stimulus id for an operator's change that came without one."""
     return f"{what}-{uuid.uuid4().hex[:12]}"
-
-
-def default_store_path(gcs_address: str, environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_DATA_HOME/adaptive-fabric/clusters/<head address>/fabric.db`` (``~/.local/share`` without
-    ``XDG_DATA_HOME``) on the head node. Keyed by the head's GCS address, which a restarted head
-    keeps (``ray start --head --port``), so the records outlive a head restart; Ray's session
-    directory would not (a new head starts a new session)."""
-    import os
-
-    env = os.environ if environ is None else environ
-    base = Path(env.get("XDG_DATA_HOME") or Path(env.get("HOME") or Path.home()) / ".local" / "share")
-    key = "".join(c if c.isalnum() or c in ".-" else "-" for c in gcs_address) or "local"
-    return base / "adaptive-fabric" / "clusters" / key / "fabric.db"
 
 
 @ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)

@@ -529,16 +529,13 @@ class Scheduler(SchedulerMoves):
 
 def _job_runner(scheduler: "Scheduler") -> JobRunner:
     """The job runner of a scheduler actor: its store beside the registry's (``<store>.jobs.db``)."""
-    from pathlib import Path
-
-    from actors.registry import default_store_path
     from fabric.rayio.adapter import RayAdapter
     from fabric.rayio.instances import InstanceLauncher
     from fabric.store.jobs import JobStore
+    from fabric.store.paths import configured_store_paths, store_paths
 
-    configured = scheduler.settings.store.path
-    base = Path(configured).expanduser() if configured else default_store_path(RayAdapter().gcs_address())
-    return JobRunner(scheduler, JobStore(base.with_name(base.stem + ".jobs.db")), InstanceLauncher())
+    paths = configured_store_paths(scheduler.settings) or store_paths(scheduler.settings, RayAdapter().gcs_address())
+    return JobRunner(scheduler, JobStore(paths.jobs), InstanceLauncher())
 
 
 def _log_failure(task: asyncio.Task) -> None:

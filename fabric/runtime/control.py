@@ -61,7 +61,10 @@ def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True,
     from actors.registry import RegistryActor
 
     already_up = driver.get_actor(REGISTRY) is not None
-    registry = _start(driver, RegistryActor, REGISTRY, settings.store.path)
+    from fabric.store.paths import configured_store_paths
+
+    configured = configured_store_paths(settings)
+    registry = _start(driver, RegistryActor, REGISTRY, None if configured is None else str(configured.nodes))
     settings = _settings_in_force(driver, registry, settings, explicit=explicit, already_up=already_up, timeout_s=timeout_s)
     as_dict = settings.model_dump(mode="json")
     health = _start(driver, HealthMonitorActor, HEALTH, as_dict)

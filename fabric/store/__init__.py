@@ -127,7 +127,7 @@ class FabricStore:
             elif row[0] > SCHEMA_VERSION:
                 raise StoreError(
                     f"store {self.path} has schema version {row[0]}, newer than this fabric's {SCHEMA_VERSION}: "
-                    "refusing to use it (upgrade the fabric or point StoreSettings.path elsewhere)",
+                    "refusing to use it (upgrade the fabric, or point store.url or store.path elsewhere)",
                     path=str(self.path),
                 )
         except BaseException:

@@ -112,7 +112,9 @@ class LocalFabric:
         # logic still runs. settings.store.path keeps one across clusters (a head restart test).
         self._store_dir: tempfile.TemporaryDirectory | None = None
         env: dict[str, str] = {}
-        if self.settings.store.path is None:
+        from fabric.store.paths import configured_store_paths
+
+        if configured_store_paths(self.settings) is None:
             self._store_dir = tempfile.TemporaryDirectory(prefix="fabric-store-")
             env["XDG_DATA_HOME"] = self._store_dir.name
             # the head's actors and the nodes its providers start keep their artifact caches there too
@@ -356,8 +358,11 @@ class LocalFabric:
         from fabric.providers.local import sweep
 
         roots = [Path(self._store_dir.name)] if self._store_dir is not None else []
-        if self.settings.store.path:
-            roots.append(Path(self.settings.store.path).expanduser().parent)
+        from fabric.store.paths import configured_store_paths
+
+        configured = configured_store_paths(self.settings)
+        if configured is not None:
+            roots.append(configured.folder)
         for root in roots:
             for folder in root.glob("**/providers/local"):
                 sweep(folder)
