@@ -38,6 +38,7 @@ from fabric.core.names import HEALTH
 from fabric.core.jobs.rebalance import Candidate, choose
 from fabric.core.placement import dry_run
 from fabric.core.scheduling import Cordoned, DrainRequested
+from fabric.store.job_rows import decode_drain, decode_notice, encode_drain, encode_notice
 
 RETRY_S = 2.0
 """How often a job that could not move is tried again while its drain has time left."""
@@ -59,6 +60,75 @@ class DrainRunner:
         self._rebalance_after: float | None = None
         self.rebalancing: dict[str, str] = {}
         """Job id -> migration id of the rebalance moves in flight."""
+        self._written: dict[tuple[str, str], bytes] = {}
+        """The ``state`` rows last written (drains, notices), by kind and key: only changes are written."""
+
+    # -- the store --------------------------------------------------------------------------------------
+    def load(self, store: Any) -> None:
+        """Read back the drains and reclaim notices a scheduler before this one kept (a restart):
+        every drain, in progress or ended; every notice, its node again under notice (what dies with
+        it is not counted). ``resume`` carries the drains in progress on once the fleet is known."""
+        for key, blob in store.state("drain"):
+            try:
+                d = decode_drain(blob)
+            except Exception as exc:  # an unreadable row: say so, keep the rest
+                print(f"[fabric.drains] drain {key!r} could not be read back: {type(exc).__name__}: {exc}")
+                continue
+            self.drains.adopt(d)
+            self._written[("drain", key)] = blob
+        for node_id, blob in store.state("notice"):
+            try:
+                latest = next((d for d in reversed(self.drains.every()) if d.node_id == node_id), None)
+                notice = decode_notice(blob, latest)
+            except Exception as exc:
+                print(f"[fabric.drains] notice for {node_id!r} could not be read back: {type(exc).__name__}: {exc}")
+                continue
+            self._written[("notice", node_id)] = blob
+            if notice is not None:
+                self.interruptions[node_id] = notice
+                self.jobs.preempting.add(node_id)
+
+    def changed_rows(self) -> list[tuple[str, str, bytes | None]]:
+        """The ``state`` rows that changed since the last call (None: delete), for the job store's
+        next write; every drain kept (in progress, and the last ended ones) and every notice."""
+        rows: dict[tuple[str, str], bytes] = {}
+        for d in self.drains.every():
+            rows[("drain", f"{d.node_id}@{d.started!r}")] = encode_drain(d)
+        for node_id, notice in self.interruptions.items():
+            rows[("notice", node_id)] = encode_notice(notice)
+        out: list[tuple[str, str, bytes | None]] = [(k, key, blob) for (k, key), blob in rows.items()
+                                                    if self._written.get((k, key)) != blob]
+        out += [(k, key, None) for (k, key) in self._written if (k, key) not in rows]
+        self._written = rows
+        return out
+
+    def resume(self) -> None:
+        """After a restart (the fleet known): every drain in progress goes on. Its node is cordoned
+        again through the core (its running tasks finish), a job whose migration the restart forgot
+        is tried again, a drain Ray was asked about is asked again; a node that left meanwhile ends
+        its drain (``done`` when Ray had been asked, else ``failed``). Deadlines are the stored ones."""
+        now = self._now()
+        moves = self.jobs.moves
+        for d in self.drains.active():
+            if self.scheduler.core.fleet.get(d.node_id) is None:
+                if d.phase is NodeDrainPhase.DRAINING:
+                    self.drains.ray_answered(d.node_id, True, "the node left after Ray was asked to drain it "
+                                             "(its answer was not seen: the scheduler restarted)", now)
+                else:
+                    self.drains.fail(d.node_id, "the node left the fleet while the scheduler was away", now)
+                self._progress(d)
+                continue
+            if d.phase is NodeDrainPhase.DRAINING:
+                self.asks[d.node_id] = d.ray_ask()
+            else:
+                self.scheduler._handle(DrainRequested(d.node_id, max(0.0, d.deadline - now)))
+            for job_id in d.remaining():
+                entry = d.job(job_id)
+                if entry.status is JobDrainStatus.MIGRATING and (
+                        entry.migration_id is None or moves.book.get(entry.migration_id) is None):
+                    d.set_job(job_id, JobDrainStatus.STUCK,
+                              reason="its migration was forgotten in a scheduler restart: tried again")
+            self._progress(d)
 
     @property
     def settings(self) -> Any:
@@ -93,6 +163,7 @@ class DrainRunner:
         d.started_all(now)
         self._progress(d)
         self.step()
+        self.jobs.persist()
         return d.snapshot()
 
     async def interrupt(self, node_id: str, kind: str, deadline: float | None) -> NodeInterruptionState:
@@ -102,6 +173,7 @@ class DrainRunner:
         notice = NodeInterruptionState(node_id=node_id, kind=kind, deadline=deadline, noticed_at=now, drain=state)
         self.interruptions[node_id] = notice
         self.jobs.emit("node_interrupted", notice.as_dict())
+        self.jobs.persist()
         return notice
 
     def evict(self, node_id: str) -> list[str]:
@@ -128,9 +200,11 @@ class DrainRunner:
         try:
             state = self.drains.withdraw(node_id, self._now())
         except TransitionError:  # Ray was asked already: there is no undrain
+            self.jobs.persist()
             return self.drains.status(node_id)
         if state is not None:
             self.jobs.emit("drain_progress", state.as_dict())
+        self.jobs.persist()
         return state
 
     def status(self, node_id: str) -> DrainState | None:
@@ -246,6 +320,7 @@ class DrainRunner:
         self.jobs.emit("drain_progress", state.as_dict())
         if not accepted:
             self.jobs.emit("drain_refused", {"node_id": ask.node_id, "reason": ask.reason, "message": message})
+        self.jobs.persist()
 
     def _progress(self, d: Any) -> None:
         self.jobs.emit("drain_progress", d.snapshot().as_dict())

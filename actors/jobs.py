@@ -100,6 +100,7 @@ class JobRunner(BundleOps):
                 pass
         self.book.dirty.clear()
         self.book.dirty_bundles.clear()
+        self.drains.load(self.store)
 
     def _payload(self, job_id: str) -> tuple[bytes, bytes] | None:
         p = self.payloads.get(job_id)
@@ -124,8 +125,9 @@ class JobRunner(BundleOps):
             bundles.append((bundle_id, None, None) if b is None else (bundle_id, *encode_bundle(b)))
         self.book.dirty.clear()
         self.book.dirty_bundles.clear()
-        if jobs or bundles:
-            self.store.write(jobs, bundles)
+        state = self.drains.changed_rows()
+        if jobs or bundles or state:
+            self.store.write(jobs, bundles, state)
         if self._new_events:
             self.store.append_events(self._new_events)
             self._new_events = []
@@ -387,14 +389,17 @@ class JobRunner(BundleOps):
             if rec.state == JobState.STOPPING:
                 out.append(StopInstance(rec.job_id, b, graceful=False))
                 continue
-            if handle is None:
-                out += self.book.died(rec.job_id, b.instance_key, now, reason="instance gone while the scheduler was away")
+            if handle is None:  # under a reclaim notice the scheduler kept, it is not counted
+                out += self.book.died(rec.job_id, b.instance_key, now, reason="instance gone while the scheduler was away",
+                                      preempted=b.node_id in self.preempting)
                 continue
             self._reserve_again(rec)
             self.handles[b.instance_key] = handle
             self._spawn(self._watch(rec.job_id, b.instance_key, handle, starting=rec.state == JobState.STARTING),
                         b.instance_key)
         self._apply(out)
+        self.drains.resume()
+        self.persist()
 
     def _sweep_strays(self) -> None:
         """After a restart: instances no job is bound to (a migration's target, a start the old
@@ -435,6 +440,7 @@ class JobRunner(BundleOps):
         self._apply(self.book.node_lost(node_id, self.clock(), skip=owned, preempted=node_id in self.preempting))
         self.preempting.discard(node_id)
         self.drains.node_lost(node_id)
+        self.persist()
         self._soon()
 
     def waiting_by_pool(self, default_pool: str) -> dict[str, int]:

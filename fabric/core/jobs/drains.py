@@ -381,6 +381,11 @@ class NodeDrain:
         if problems:
             raise RequirementError("history", "; ".join(problems), [p.value for p, _, _ in history])
 
+    def ray_ask(self) -> AskRayToDrain:
+        """What Ray is (or was) asked once every job is off the node: asked again when a restarted
+        scheduler finds the drain ``draining`` with no answer recorded."""
+        return self._ask_ray()
+
     def _ask_ray(self) -> AskRayToDrain:
         if self.interruption is not None:
             return AskRayToDrain(self.node_id, "PREEMPTION", self.interruption_deadline,
