@@ -13,6 +13,10 @@ fabric's store (``<store folder>/providers/local``), so ``LocalFabric`` (or an o
 what a killed scheduler left behind. A scheduler restart forgets the children it made (they keep
 running as ordinary nodes of their pool tier; the scale-down path terminates only instances its
 provider knows).
+
+What the provisioner needs of the scheduler it serves is the ``ProvisionerHost`` port below, so this
+module imports nothing of ``actors.scheduler`` (the scheduler builds a ``Provisioner``; the
+provisioner only answers it).
 """
 
 from __future__ import annotations
@@ -21,17 +25,44 @@ import asyncio
 import concurrent.futures
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from fabric.core.errors import FabricError
-from fabric.core.scheduling import ProvisionFailed, ProvisionNode, ProvisionStarted, TerminateNode
-from fabric.core.settings import NodeShape
-
-if TYPE_CHECKING:
-    from actors.scheduler import Scheduler
+from fabric.core.scheduling import ProvisionFailed, ProvisionNode, ProvisionStarted, Stimulus, TerminateNode
+from fabric.core.settings import FabricSettings, NodeShape
 
 PROVIDER_THREADS = 4
 """Provider calls in flight at once (each ``ray start`` is a few seconds of mostly waiting)."""
+
+
+class EventLog(Protocol):
+    """Where the provisioner's notes go beside the fabric's other events (``actors.jobs.JobRunner``)."""
+
+    def emit(self, kind: str, data: dict) -> None: ...
+
+
+class ProvisionerHost(Protocol):
+    """The port the provisioner is handed: what it reads of the scheduler it lives in
+    (``actors.scheduler.Scheduler`` is one; unit tests pass a small fake)."""
+
+    @property
+    def settings(self) -> FabricSettings:
+        """The fabric's settings: the pool tiers the providers are built from, the store's folder."""
+        ...
+
+    @property
+    def jobs(self) -> EventLog | None:
+        """The event log the notes are emitted to; None while the scheduler drives no jobs."""
+        ...
+
+    @property
+    def feed(self) -> object:
+        """The fleet feed; one with an ``adapter`` (the Ray seam) finds the health actor."""
+        ...
+
+    def _handle(self, stimulus: Stimulus) -> object:
+        """Hand the core a stimulus (``ProvisionStarted`` / ``ProvisionFailed``) and carry out its answer."""
+        ...
 
 
 def providers_dir(settings: Any, gcs_address: str) -> Path:
@@ -45,8 +76,8 @@ class Provisioner:
     """Provider calls for one scheduler. ``providers``: ready-made providers by name (tests);
     default: built from the settings on first use."""
 
-    def __init__(self, scheduler: "Scheduler", providers: Mapping[str, Any] | None = None) -> None:
-        self.scheduler = scheduler
+    def __init__(self, host: ProvisionerHost, providers: Mapping[str, Any] | None = None) -> None:
+        self.host = host
         self._providers: dict[str, Any] | None = dict(providers) if providers is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(PROVIDER_THREADS, thread_name_prefix="fabric-provider")
         self.log: list[dict] = []
@@ -64,8 +95,8 @@ class Provisioner:
             from fabric.rayio.adapter import RayAdapter
 
             address = RayAdapter().gcs_address()
-            folder = providers_dir(self.scheduler.settings, address)
-            self._providers = providers_for(self.scheduler.settings, address=address, log_dir=folder / "local")
+            folder = providers_dir(self.host.settings, address)
+            self._providers = providers_for(self.host.settings, address=address, log_dir=folder / "local")
         return self._providers
 
     def provider(self, name: str) -> Any:
@@ -91,10 +122,10 @@ class Provisioner:
         except Exception as exc:
             self._note("provision_failed", provision_id=ins.provision_id, provider=ins.provider, pool=ins.pool,
                        pool_tier=ins.pool_tier, shape=ins.shape.name, error=f"{type(exc).__name__}: {exc}")
-            self.scheduler._handle(ProvisionFailed(ins.provision_id, str(exc)))
+            self.host._handle(ProvisionFailed(ins.provision_id, str(exc)))
             return
         self.started_at[node.instance_id] = t0
-        self.scheduler._handle(ProvisionStarted(ins.provision_id, node.instance_id, ins.provider))
+        self.host._handle(ProvisionStarted(ins.provision_id, node.instance_id, ins.provider))
 
     async def provision(self, provider: str, shape: NodeShape, pool: str, pool_tier: str, *, spare: bool,
                         tags: Mapping[str, str] | None = None) -> Any:
@@ -127,7 +158,7 @@ class Provisioner:
         if provider == "ray-autoscaler" and node_id:
             from fabric.core.names import HEALTH
 
-            health = self.scheduler.feed.adapter.get_actor(HEALTH) if hasattr(self.scheduler.feed, "adapter") else None
+            health = self.host.feed.adapter.get_actor(HEALTH) if hasattr(self.host.feed, "adapter") else None
             if health is not None:
                 await health.release_node.remote(node_id)
 
@@ -190,9 +221,9 @@ class Provisioner:
     def _note(self, kind: str, **data: Any) -> None:
         self.log.append({"kind": kind, "at": time.time(), **data})
         del self.log[:-200]
-        jobs = self.scheduler.jobs
+        jobs = self.host.jobs
         if jobs is not None:
             jobs.emit(kind, data)
 
 
-__all__ = ["Provisioner", "providers_dir", "PROVIDER_THREADS"]
+__all__ = ["EventLog", "Provisioner", "ProvisionerHost", "providers_dir", "PROVIDER_THREADS"]
