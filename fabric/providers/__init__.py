@@ -1,13 +1,14 @@
 """Node providers (DESIGN.md § Layout: the layer beside ``fabric.api``, above ``fabric.rayio``):
 what creates and terminates nodes for an elastic pool tier. ``base`` holds the protocol, the
-``ProvisionedNode`` record, ``ProviderError`` and ``providers_for``; ``local`` starts real
+``ProvisionedNode`` record and ``ProviderError``; ``factory`` holds ``providers_for``; ``local`` starts real
 ``ray start --block`` worker processes on this machine, and holds the ``ray start`` argument
 builders (``node_args``, ``ray_start_args``) the fabric's other node starters share;
 ``autoscaler`` drives Ray's autoscaler (``RayAutoscalerProvider``, ``node_types_for``: the
 autoscaler config's node types, one per ``ray-autoscaler`` pool tier and candidate shape)."""
 
 from fabric.providers.autoscaler import Demand, RayAutoscalerProvider, node_type_name, node_types_for
-from fabric.providers.base import NO_TAGS, PROVIDER_NAMES, NodeProvider, ProviderError, ProvisionedNode, providers_for
+from fabric.providers.base import NO_TAGS, PROVIDER_NAMES, NodeProvider, ProviderError, ProvisionedNode
+from fabric.providers.factory import providers_for
 from fabric.providers.local import (
     INSTANCE_LABEL,
     PROVIDER_LABEL,

@@ -7,10 +7,11 @@ with the labels the node joins Ray with (pool, pool tier, instance id, spare tag
 node registers with the fabric it is *prospective*; matching the two is the scheduler's work
 (by the instance-id label), not the provider's. A provider terminates only instances it made.
 
-``providers_for(settings, address=...)`` builds one provider per provider name the settings'
-pool tiers use: ``local`` (``fabric.providers.local``) and ``ray-autoscaler``
+The providers themselves are ``local`` (``fabric.providers.local``) and ``ray-autoscaler``
 (``fabric.providers.autoscaler``: Ray's autoscaler launches the nodes; its nodes cannot carry
-an instance-id label, so its ``claim(node_id, labels)`` does that matching instead).
+an instance-id label, so its ``claim(node_id, labels)`` does that matching instead); they import
+this module, and this module imports none of them: ``fabric.providers.factory.providers_for``
+builds them from the settings.
 """
 
 from __future__ import annotations
@@ -18,16 +19,12 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+from typing import Mapping, Protocol, runtime_checkable
 
 from fabric.core.errors import FabricError
-from fabric.core.settings import FabricSettings, NodeShape
+from fabric.core.settings import NodeShape
 
-if TYPE_CHECKING:
-    from fabric.providers.autoscaler import RayAutoscalerProvider
-    from fabric.providers.local import LocalProvider
-
-__all__ = ["NodeProvider", "ProvisionedNode", "ProviderError", "providers_for", "PROVIDER_NAMES", "NO_TAGS"]
+__all__ = ["NodeProvider", "ProvisionedNode", "ProviderError", "PROVIDER_NAMES", "NO_TAGS"]
 
 PROVIDER_NAMES = ("local", "ray-autoscaler")
 """Provider names a pool tier may give (``PoolTier.provider``, ``static`` aside: it provisions nothing)."""
@@ -87,45 +84,3 @@ class NodeProvider(Protocol):
     def list(self) -> builtins.list[ProvisionedNode]:
         """The nodes this provider made that are still running."""
         ...
-
-
-def providers_for(settings: FabricSettings | Mapping[str, Any] | None, *, address: str | None = None,
-                  autoscaler_options: Mapping[str, Any] | None = None, **local_options: Any) -> dict[str, NodeProvider]:
-    """One provider per provider name the settings' pool tiers use, keyed by that name (``static``
-    pool tiers need none). ``address``: the cluster's GCS address, which the ``local`` provider's
-    nodes join; ``local_options``: ``LocalProvider``'s keyword arguments (``node_ip_address``,
-    ``max_slots``, ``env``...). ``ray-autoscaler`` is a ``RayAutoscalerProvider`` over these
-    settings (``autoscaler_options``: its keyword arguments, e.g. ``request_resources``; it writes
-    through the connected driver, so it needs no address). A provider name no builder knows is
-    refused naming it and the pool tiers that ask for it."""
-    settings = FabricSettings.load(settings if settings is None or isinstance(settings, FabricSettings) else dict(settings))
-    wanted: dict[str, list[str]] = {}
-    for pool in settings.pools:
-        for pt in pool.tiers:
-            if pt.provider != "static":
-                wanted.setdefault(pt.provider, []).append(f"{pool.name}/{pt.name}")
-    out: dict[str, NodeProvider] = {}
-    for name, users in wanted.items():
-        if name == "local":
-            if not address:
-                raise ProviderError(f"provider 'local' (pool tiers {', '.join(users)}) needs the cluster address its nodes join",
-                                    reason="no_address", provider=name, field="address")
-            out[name] = _local(address, local_options)
-        elif name == "ray-autoscaler":
-            out[name] = _autoscaler(settings, autoscaler_options or {})
-        else:
-            raise ProviderError(f"provider {name!r} (pool tiers {', '.join(users)}) is not implemented; "
-                                f"implemented: {', '.join(PROVIDER_NAMES)}", reason="unsupported_provider", provider=name)
-    return out
-
-
-def _local(address: str, options: Mapping[str, Any]) -> "LocalProvider":
-    from fabric.providers.local import LocalProvider
-
-    return LocalProvider(address, **options)
-
-
-def _autoscaler(settings: FabricSettings, options: Mapping[str, Any]) -> "RayAutoscalerProvider":
-    from fabric.providers.autoscaler import RayAutoscalerProvider
-
-    return RayAutoscalerProvider(settings, **options)
