@@ -29,14 +29,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from fabric.cli.node import parse_address
 from fabric.core.names import RAY_AUTH_MODE_ENV, RAY_AUTH_TOKEN_ENV, RAY_AUTH_TOKEN_PATH_ENV
 
-__all__ = ["ClientToken", "ConnectFacts", "RaySeam", "client_token_from", "connect", "explain_failure"]
+__all__ = ["ClientToken", "ConnectFacts", "RaySeam", "client_token_from", "connect", "explain_failure", "parse_address"]
 
 # Ray's token sources, highest precedence first (docs.ray.io, ray-core/internals/token-authentication).
 TOKEN_ENV, TOKEN_PATH_ENV, MODE_ENV = RAY_AUTH_TOKEN_ENV, RAY_AUTH_TOKEN_PATH_ENV, RAY_AUTH_MODE_ENV
 LOCAL_ADDRESSES = ("auto", "local")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ``ValueError`` saying what is wrong."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379)")
+    return host.strip("[]"), int(port)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ They refuse clearly (one line, exit 2) when the ``ray`` command is missing, the 
 ``HOST:PORT``, or nothing answers there; a failure of ``ray start`` itself is summarised.
 
 ``status`` connects to a running cluster and prints the fleet as a table (or ``--json``).
+
+The table helpers it prints with are ``fabric.cli.tables``'s and ``parse_address`` is
+``fabric.cli.connect``'s (both still importable from here), so neither of those imports a command.
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,11 +30,25 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from fabric.cli.connect import parse_address
+from fabric.cli.tables import (  # noqa: F401 - the table helpers, also imported from here as they always were
+    ELLIPSIS,
+    NARROW,
+    add_width_flag,
+    ago,
+    clip,
+    fit_lines,
+    gpus_cell,
+    output_width,
+    render_table,
+)
 from fabric.core.names import PROFILE_LABEL, RECORDING_ENV
 from fabric.providers.local import find_ray
 
+_ago = ago  # jobs_cmd and nodes_cmd import it under this name
+
 __all__ = ["NARROW", "add_parser", "add_width_flag", "build_ray_start", "clip", "find_ray", "fit_lines", "format_status_table",
-           "gpus_cell", "output_width", "render_table", "status_rows"]
+           "gpus_cell", "output_width", "parse_address", "render_table", "status_rows"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,14 +82,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 # -- join / start-head ----------------------------------------------------------------------------------
-def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); ``ValueError`` saying what is wrong."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379)")
-    return host.strip("[]"), int(port)
-
-
 def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_port: int | None = None, profile: str | None = None,
                     recording: str | None = None, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
                     extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
@@ -172,140 +179,7 @@ def run_start(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- tables that fit a terminal ------------------------------------------------------------------------
-NARROW = 80
-"""The width a table fits when stdout is not a terminal (a pipe, a file, a test): an 80-column
-terminal reads it whole. ``--wide`` lifts the limit (every cell whole, one line per row)."""
-ELLIPSIS = "\u2026"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def add_width_flag(parser: Any) -> None:
-    """``--wide``: every cell whole, however wide (for grep and awk)."""
-    parser.add_argument("--wide", action="store_true", help="print every cell whole, one line per row, however wide")
-
-
-def output_width(args: argparse.Namespace | None = None, *, isatty: bool | None = None) -> int | None:
-    """The columns a command's text fits: None with ``--wide``; the terminal's width on a terminal;
-    else ``NARROW`` (80)."""
-    if args is not None and getattr(args, "wide", False):
-        return None
-    if isatty if isatty is not None else sys.stdout.isatty():
-        return max(20, shutil.get_terminal_size((NARROW, 24)).columns)
-    return NARROW
-
-
-def clip(text: Any, width: int) -> str:
-    """``text`` on one line in at most ``width`` cells: control characters become spaces and a
-    longer text ends in an ellipsis."""
-    from rich.cells import cell_len, set_cell_size
-
-    text = _CONTROL.sub(" ", str(text))
-    if cell_len(text) <= width:
-        return text
-    return set_cell_size(text, max(0, width - 1)).rstrip() + ELLIPSIS if width > 0 else ""
-
-
-def render_table(header: Sequence[str], body: Sequence[Sequence[Any]], width: int | None, *, right: Sequence[str] = (),
-                 shrink: dict[str, int] | None = None, drop: Sequence[str] = ()) -> tuple[list[str], list[str]]:
-    """A plain table (no colours, no box): the header line, then one line per row, columns
-    separated by two spaces. Returns the lines and the columns left out.
-
-    ``width`` None: every cell whole. Otherwise each line fits ``width`` cells, in this order of
-    resort: two spaces between columns; one; then (one space) the ``shrink`` columns (name -> least width, never
-    under the header's) cut with an ellipsis, in the order given, each to its least before the
-    next; then the ``drop`` columns left out, in order; last, each line cut at ``width``."""
-    from rich.cells import cell_len
-
-    cells = [[_CONTROL.sub(" ", str(c)) for c in row] for row in body]
-    natural = [max([cell_len(h), *(cell_len(row[i]) for row in cells)]) for i, h in enumerate(header)]
-    least = {h: max(cell_len(h), n) for h, n in (shrink or {}).items()}
-    cut_order = list(least)
-    shown = list(range(len(header)))
-    layout: tuple[list[int], list[int], int] | None = None
-    if width is None:
-        layout = (shown, natural, 2)
-    for left_out in range(len(drop) + 1):
-        if layout is not None:
-            break
-        shown = [i for i, h in enumerate(header) if h not in drop[:left_out]]
-        for gap, squeeze in ((2, False), (1, False), (1, True)):  # before a cell is cut, the gaps narrow
-            widths = [natural[i] for i in shown]
-            room = width - gap * (len(shown) - 1)
-            if squeeze:
-                order = sorted((k for k, i in enumerate(shown) if header[i] in least), key=lambda k: cut_order.index(header[shown[k]]))
-                widths = _squeeze(widths, [least.get(header[i]) for i in shown], order, room)
-            if sum(widths) <= room:
-                layout = (shown, widths, gap)
-                break
-    if layout is None:  # narrower than the columns that must stay whole: cut each line
-        shown = [i for i, h in enumerate(header) if h not in drop]
-        layout = (shown, [natural[i] for i in shown], 1)
-    shown, widths, gap = layout
-    lines = []
-    for row in [list(header), *cells]:
-        parts = []
-        for i, w in zip(shown, widths):
-            text = clip(row[i], w)
-            pad = " " * (w - cell_len(text))
-            parts.append(pad + text if header[i] in right else text + pad)
-        line = (" " * gap).join(parts).rstrip()
-        lines.append(clip(line, width) if width is not None else line)
-    return lines, [h for i, h in enumerate(header) if i not in shown]
-
-
-def _squeeze(widths: list[int], least: list[int | None], order: list[int], room: int) -> list[int]:
-    """``widths`` with the shrinkable columns (``order``: their positions, first cut first) each
-    narrowed to its ``least`` before the next, until they fit ``room``."""
-    widths = list(widths)
-    for i in order:
-        excess = sum(widths) - room
-        if excess <= 0:
-            break
-        widths[i] = max(least[i] or 0, widths[i] - excess)
-    return widths
-
-
-def fit_lines(text: str, width: int | None) -> str:
-    """``text`` with each line longer than ``width`` wrapped at spaces (continuations indented four
-    past the line's own indent; a word longer than the room is cut with an ellipsis)."""
-    import textwrap
-
-    if width is None:
-        return text
-    out = []
-    for line in text.splitlines():
-        line = _CONTROL.sub(" ", line).rstrip()
-        if len(line) <= width:
-            out.append(line)
-            continue
-        indent = line[:len(line) - len(line.lstrip())]
-        hang = (indent + "    ")[:max(0, width // 2)]
-        wrapped = textwrap.wrap(line.strip(), width=width, initial_indent=indent, subsequent_indent=hang,
-                                break_long_words=False, break_on_hyphens=False) or [line]
-        out.extend(clip(w, width) for w in wrapped)
-    return "\n".join(out)
-
-
-def gpus_cell(models: Sequence[str]) -> str:
-    """GPU models as one short cell: runs of one model counted (``8x NVIDIA H100``), else ``-``."""
-    parts: list[list[Any]] = []
-    for m in models:
-        if parts and parts[-1][0] == m:
-            parts[-1][1] += 1
-        else:
-            parts.append([m, 1])
-    return ", ".join(m if n == 1 else f"{n}x {m}" for m, n in parts) or "-"
-
-
 # -- status ---------------------------------------------------------------------------------------------
-def _ago(now: float, then: float | None) -> str:
-    if not then:
-        return "never"
-    s = max(0.0, now - then)
-    return f"{s:.1f}s ago" if s < 60 else (f"{s / 60:.0f}m ago" if s < 3600 else f"{s / 3600:.1f}h ago")
-
-
 def status_rows(records: Sequence[Any], now: float) -> list[dict[str, Any]]:
     """One plain dict per node (``fabric.core.placement.NodeRecord`` in), the ``--json`` form."""
     rows = []
@@ -341,7 +215,7 @@ def format_status_table(rows: Sequence[dict[str, Any]], now: float, width: int |
     for row in sorted(rows, key=lambda r: (-ComputeTier.parse(r["tier"]).rank, r["name"], r["node_id"])):
         status = row["status"] + (" cordoned" if row["cordoned"] else "") + (" flap-held" if row["flap_held"] else "")
         body.append((row["name"], row["tier"], gpus_cell(row["gpus"]), status, f"{row['running']}/{row['max']}",
-                     f"{row['utilization'] * 100:.0f}%", _ago(now, row["last_seen"]), row["node_id"][:12]))
+                     f"{row['utilization'] * 100:.0f}%", ago(now, row["last_seen"]), row["node_id"][:12]))
     lines, left_out = render_table(STATUS_HEADER, body, width, right=("RUNNING/MAX", "UTIL"), shrink=_STATUS_SHRINK,
                                    drop=_LEFT_OUT_WHEN_NARROW)
     if not body:

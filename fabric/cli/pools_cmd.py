@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from fabric.cli.node import NARROW, add_width_flag, fit_lines, output_width
+from fabric.cli.tables import NARROW, add_width_flag, fit_lines, output_width
 
 
 def add_parser(subparsers: Any) -> None:
