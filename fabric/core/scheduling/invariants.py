@@ -3,16 +3,57 @@
 Each part checks its own (``problems()``); this adds what ties them: an allocation belongs to a
 node in the fleet and to a call or a lease the lease book holds (and that lease lists it), the
 fleet's usage is the ledger's sum, a drain's node is in the fleet and cordoned, counters are
-never negative. Every scheduler test runs it, after every step in the property and fuzz tests."""
+never negative. Every scheduler test runs it, after every step in the property and fuzz tests.
+
+It reads the core through ``CoreState``, the parts a check needs, so it imports the parts and not
+``fabric.core.scheduling.core`` (which imports this module to validate itself)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Mapping, Protocol
 
-from fabric.core.scheduling.ledger import TASK
+from fabric.core.placement import FleetView
+from fabric.core.scheduling.drain import DrainBook
+from fabric.core.scheduling.leases import LeaseBook
+from fabric.core.scheduling.ledger import TASK, AllocationLedger
+from fabric.core.scheduling.provisions import ProvisionBook
+from fabric.core.scheduling.queue import DeferredQueue
 
-if TYPE_CHECKING:
-    from fabric.core.scheduling.core import SchedulerCore
+
+class CoreState(Protocol):
+    """What the invariants read of a scheduler core (``SchedulerCore`` is one)."""
+
+    @property
+    def counters(self) -> Mapping[str, object]:
+        """Every counter by name: each a non-negative ``int``."""
+        ...
+
+    @property
+    def stimuli_handled(self) -> int:
+        """How many stimuli the core has handled: never fewer than it logged."""
+        ...
+
+    def stimulus_log(self) -> list[dict[str, Any]]:
+        """The stimuli the core logged (bounded)."""
+        ...
+
+    @property
+    def fleet(self) -> FleetView: ...
+
+    @property
+    def ledger(self) -> AllocationLedger: ...
+
+    @property
+    def queue(self) -> DeferredQueue: ...
+
+    @property
+    def leases(self) -> LeaseBook: ...
+
+    @property
+    def drains(self) -> DrainBook: ...
+
+    @property
+    def provisions(self) -> ProvisionBook: ...
 
 
 class InvalidStateError(AssertionError):
@@ -23,7 +64,7 @@ class InvalidStateError(AssertionError):
         super().__init__("scheduler state is inconsistent:\n  " + "\n  ".join(self.problems))
 
 
-def state_problems(core: "SchedulerCore") -> list[str]:
+def state_problems(core: CoreState) -> list[str]:
     """Every invariant the core breaks, in words (empty when none)."""
     out: list[str] = []
     for name, value in core.counters.items():
