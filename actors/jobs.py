@@ -100,6 +100,7 @@ class JobRunner(BundleOps):
                 pass
         self.book.dirty.clear()
         self.book.dirty_bundles.clear()
+        self.moves.load(self.store)
         self.drains.load(self.store)
 
     def _payload(self, job_id: str) -> tuple[bytes, bytes] | None:
@@ -125,7 +126,7 @@ class JobRunner(BundleOps):
             bundles.append((bundle_id, None, None) if b is None else (bundle_id, *encode_bundle(b)))
         self.book.dirty.clear()
         self.book.dirty_bundles.clear()
-        state = self.drains.changed_rows()
+        state = self.moves.changed_rows() + self.drains.changed_rows()
         if jobs or bundles or state:
             self.store.write(jobs, bundles, state)
         if self._new_events:
@@ -377,14 +378,19 @@ class JobRunner(BundleOps):
         self.reap_deleted()
 
     def resume(self) -> None:
-        """After a restart: watch live instances again, recover the ones that died meanwhile."""
+        """After a restart: sagas go on (or roll back) by their phase first; then live instances are
+        watched again and the ones that died meanwhile recovered (a job a saga carries on is the
+        saga's); instances bound to no job and no saga are swept."""
         self.resumed = True
+        owned = self.moves.resume()
         now = self.clock()
-        out: list[Instruction] = list(self.moves.resume())
-        self._sweep_strays()
+        out: list[Instruction] = []
+        self._sweep_strays(self.moves.kept_targets())
         for rec in self.book.bound():
             b = rec.binding
             assert b is not None
+            if rec.job_id in owned:
+                continue
             handle = self.launcher.find(rec.job_id, b.instance_key)
             if rec.state == JobState.STOPPING:
                 out.append(StopInstance(rec.job_id, b, graceful=False))
@@ -393,7 +399,7 @@ class JobRunner(BundleOps):
                 out += self.book.died(rec.job_id, b.instance_key, now, reason="instance gone while the scheduler was away",
                                       preempted=b.node_id in self.preempting)
                 continue
-            self._reserve_again(rec)
+            self.reserve_again(rec)
             self.handles[b.instance_key] = handle
             self._spawn(self._watch(rec.job_id, b.instance_key, handle, starting=rec.state == JobState.STARTING),
                         b.instance_key)
@@ -401,7 +407,7 @@ class JobRunner(BundleOps):
         self.drains.resume()
         self.persist()
 
-    def _sweep_strays(self) -> None:
+    def _sweep_strays(self, spare: set[tuple[str, str]] = frozenset()) -> None:  # type: ignore[assignment]
         """After a restart: instances no job is bound to (a migration's target, a start the old
         scheduler abandoned) are killed, so no job ever runs twice."""
         listing = getattr(self.launcher, "instances", None)
@@ -416,14 +422,14 @@ class JobRunner(BundleOps):
             rec = self.book.jobs.get(job_id)
             keep = rec.binding.instance_key if rec is not None and rec.binding is not None else None
             for key in keys:
-                if key != keep:
+                if key != keep and (job_id, key) not in spare:
                     handle = self.launcher.find(job_id, key)
                     if handle is not None:
                         self.launcher.kill(handle)
                         self.emit("instance_swept", {"job_id": job_id, "instance_key": key,
                                                      "reason": "bound to no job after a scheduler restart"})
 
-    def _reserve_again(self, rec: JobRecord) -> None:
+    def reserve_again(self, rec: JobRecord) -> None:
         """A live instance found after a restart holds its slot again in the core (pinned)."""
         b = rec.binding
         assert b is not None

@@ -11,9 +11,13 @@ scheduler (the saga), never by the source, and passed on to the source's ``__fab
 source's answer (the position) goes on to the target's ``__fabric_resume__``.
 
 An instance the saga stops on purpose (the source at the end, a rolled-back target) is
-``ignored``: its death reaches nobody's recovery. Sagas live in memory: a scheduler that restarts
-forgets them, rolls every migrating job back to its source (``resume``) and kills the targets
-left behind, found by name.
+``ignored``: its death reaches nobody's recovery. Every saga is a row of the job store, written
+with the jobs whenever it moves (before the step it asks for runs). A scheduler that restarts reads
+them back (``load``) and ``resume`` carries each on by its phase (``Migration.restarted``): before
+the point of no return it rolls back to the source; from it on the instances are found again by
+name, their slots reserved anew, and the step in flight is asked again. A handover's payload and
+position were ObjectRefs of the old process: they are asked for again (``__fabric_ready__``, then
+``__fabric_cut__``, which answers the position it gave the first time).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from fabric.core.jobs.migration import (
     AskReady, BeginTarget, Complete, CreateTarget, Cut, Migration, MigrationBook, MigrationPhase, MigrationState,
     MigrationStrategy, Orphaned, PhaseEvent, PlaceTarget, Resume, RollBack, StopSource, StopTarget,
 )
-from fabric.core.scheduling import SlotsReleased
+from fabric.core.jobs.migration import FINISHED_KEPT
+from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
+from fabric.store.job_rows import decode_migration, encode_migration
 
 HANDOVER_HOOKS = ("__fabric_ready__", "__fabric_cut__", "__fabric_resume__")
 STOP_GRACE_S = 10.0
@@ -55,6 +61,43 @@ class MigrationRunner:
         """Instance keys stopped on purpose: their deaths are nobody's recovery."""
         self.last_moved: dict[str, float] = {}
         """Per job: when its last migration completed (the rebalance cool-down)."""
+        self.dirty: set[str] = set()
+        """Sagas changed since the job store last wrote them (by migration id)."""
+        self._stale: list[str] = []
+        """Rows read back beyond the finished sagas kept: deleted with the next write."""
+
+    # -- the store --------------------------------------------------------------------------------------
+    def load(self, store: Any) -> None:
+        """Read back the sagas a scheduler before this one kept (a restart): those in flight, and
+        the newest ``FINISHED_KEPT`` that ended. ``resume`` carries the ones in flight on."""
+        finished = []
+        for key, blob in store.state("migration"):
+            try:
+                m = decode_migration(blob)
+            except Exception as exc:  # an unreadable row: say so, keep the rest
+                print(f"[fabric.migrations] migration {key!r} could not be read back: {type(exc).__name__}: {exc}")
+                continue
+            if m.terminal:
+                finished.append(m)
+            else:
+                self.book.adopt(m)
+        finished.sort(key=lambda m: (m.history[-1][1] if m.history else m.started_at, m.migration_id))
+        for m in finished[:-FINISHED_KEPT] if len(finished) > FINISHED_KEPT else []:
+            self._stale.append(m.migration_id)
+        for m in finished[-FINISHED_KEPT:]:
+            self.book.adopt(m)
+            if m.phase is MigrationPhase.DONE:
+                self.last_moved[m.job_id] = max(self.last_moved.get(m.job_id, 0.0), m.history[-1][1] if m.history else 0.0)
+
+    def changed_rows(self) -> list[tuple[str, str, bytes | None]]:
+        """The ``state`` rows of the sagas changed since the last call (None: delete)."""
+        out: list[tuple[str, str, bytes | None]] = [("migration", mid, None) for mid in self._stale]
+        self._stale = []
+        for mid in sorted(self.dirty):
+            m = self.book.get(mid)
+            out.append(("migration", mid, None if m is None else encode_migration(m)))
+        self.dirty.clear()
+        return out
 
     # -- requests ---------------------------------------------------------------------------------------
     def migrate(self, job_id: str, strategy: str | None = None, target_node: str | None = None,
@@ -166,6 +209,7 @@ class MigrationRunner:
     # -- carrying out -----------------------------------------------------------------------------------
     def carry_out(self, m: Migration, instructions: list[Any]) -> None:
         r = self.runner
+        self.dirty.add(m.migration_id)
         for ins in instructions:
             if isinstance(ins, PhaseEvent):
                 r.emit("migration_phase", ins.state.as_dict())
@@ -197,6 +241,8 @@ class MigrationRunner:
                 r.carry_out(r.book.died(ins.job_id, ins.source_key, r.clock(), reason=f"migration lost: {ins.reason}"))
                 r._soon()
         if m.terminal and m.migration_id in self.book.active:
+            if len(self.book.finished) == self.book.finished.maxlen:  # the oldest kept leaves the store too
+                self._stale.append(self.book.finished[0].migration_id)
             self.book.settle(m)
             kind = "migration_completed" if m.phase is MigrationPhase.DONE else "migration_aborted"
             r.emit(kind, m.state().as_dict())
@@ -296,6 +342,9 @@ class MigrationRunner:
         payload = self.refs.get(m.migration_id)
         if source is None:
             return self.carry_out(m, m.source_ended(r.clock()))
+        target = self.targets.get(m.migration_id)
+        if payload is None and target is not None:  # a restart lost the payload's ref: asked for again
+            payload = self.refs[m.migration_id] = target.__fabric_ready__.remote()
         ref = source.__fabric_cut__.remote(payload)
         ok, why = await self._call(m, "__fabric_cut__", ref)
         self.refs[m.migration_id] = ref if ok else None  # now the position (None: the target takes over where it is)
@@ -305,6 +354,13 @@ class MigrationRunner:
         target = self.targets.get(m.migration_id)
         if target is None:
             return
+        if m.migration_id not in self.refs:  # a restart lost the position's ref: the source gives it again
+            r = self.runner
+            source = r.handles.get(m.source_key) or r.launcher.find(m.job_id, m.source_key)
+            if source is not None:
+                ready = target.__fabric_ready__.remote()
+                ok, position = await self._call(m, "__fabric_cut__", source.__fabric_cut__.remote(ready))
+                self.refs[m.migration_id] = position if ok else None
         ok, why = await self._call(m, "__fabric_resume__", target.__fabric_resume__.remote(self.refs.get(m.migration_id)))
         self.carry_out(m, m.resumed(self.runner.clock()) if ok else m.target_failed(why, self.runner.clock()))
 
@@ -359,14 +415,60 @@ class MigrationRunner:
             r._spawn(r._watch(ins.job_id, ins.instance_key, handle, starting=False), ins.instance_key)
 
     # -- after a restart --------------------------------------------------------------------------------
-    def resume(self) -> list[Any]:
-        """A restarted scheduler knows no saga: every migrating job runs on at its source."""
+    def resume(self) -> set[str]:
+        """After a restart, each saga read back goes on by its phase (``Migration.restarted``): before
+        its point of no return it rolls back (the job runs on at its source); from it on its target
+        is found by name (gone: the saga fails forward), watched again and its slot reserved anew,
+        the source's death is the saga's, and the step in flight is asked again. Returns the jobs
+        whose sagas go on (the job runner leaves their instances to them)."""
         r = self.runner
-        out: list[Any] = []
-        for rec in list(r.book.jobs.values()):
-            if rec.state == JobState.MIGRATING:
-                out += r.book.migration_rolled_back(rec.job_id, r.clock(), "the scheduler restarted mid-migration")
-        return out
+        now = r.clock()
+        owned: set[str] = set()
+        for m in list(self.book.active.values()):
+            out = m.restarted(now)
+            if m.terminal:  # rolled back
+                self.carry_out(m, out)
+                continue
+            owned.add(m.job_id)
+            self.ignored.add(m.source_key)
+            rec = r.book.jobs.get(m.job_id)
+            source = r.launcher.find(m.job_id, m.source_key)
+            if rec is not None and rec.binding is not None:
+                if source is not None:
+                    r.reserve_again(rec)  # its slot until the saga gives it back
+                    r.handles[m.source_key] = source
+                else:
+                    rec.binding = replace(rec.binding, allocation_id=None)
+                    r.book.dirty.add(rec.job_id)
+            target = r.launcher.find(m.job_id, m.target_key) if m.target_key else None
+            if target is None:
+                out = m.target_failed("the target is gone after a scheduler restart", now)
+            else:
+                self.targets[m.migration_id] = target
+                m.target_allocation = self._reserve_target(m)
+                self._spawn(m, self._watch_target(m, target), "watch")
+            self.carry_out(m, out)
+        for rec in list(r.book.jobs.values()):  # migrating with no saga kept (a store older than sagas)
+            if rec.state == JobState.MIGRATING and self.book.for_job(rec.job_id) is None:
+                r.carry_out(r.book.migration_rolled_back(rec.job_id, now, "the scheduler restarted mid-migration"))
+        return owned
+
+    def kept_targets(self) -> set[tuple[str, str]]:
+        """The ``(job id, instance key)`` of every saga's target in flight (a restart's sweep spares them)."""
+        return {(m.job_id, m.target_key) for m in self.book.active.values() if m.target_key is not None}
+
+    def _reserve_target(self, m: Migration) -> int | None:
+        """The target's slot again in the core (pinned to its node), as a live job's after a restart."""
+        r = self.runner
+        rec = r.book.jobs.get(m.job_id)
+        if rec is None or m.target_node is None:
+            return None
+        s = PlaceRequested(rec.spec.requirement, r.book.context(rec, r._where, target_node=m.target_node))
+        try:
+            a = reply(r.scheduler.core.handle(s), s.stimulus_id)
+        except Exception:
+            return None
+        return a.allocation_id if a is not None and a.status == "assigned" else None
 
 
 __all__ = ["MigrationRunner"]

@@ -17,9 +17,10 @@ from ray import cloudpickle
 from fabric.core.jobs.book import BundleRecord, JobRecord
 from fabric.core.jobs.drains import NodeDrain, NodeInterruptionState
 from fabric.core.jobs.rows import (
-    ROW_SCHEMA, RowError, bundle_from_row, bundle_row, drain_from_row, drain_row, job_from_row, job_row, notice_from_row,
-    notice_row,
+    ROW_SCHEMA, RowError, bundle_from_row, bundle_row, drain_from_row, drain_row, job_from_row, job_row,
+    migration_from_row, migration_row, notice_from_row, notice_row,
 )
+from fabric.core.jobs.migration import Migration
 
 
 def _dumps(row: dict[str, Any]) -> bytes:
@@ -81,6 +82,14 @@ def decode_drain(blob: bytes) -> NodeDrain:
     return drain_from_row(_loads(blob, "drain"))
 
 
+def encode_migration(m: Migration) -> bytes:
+    return _dumps(migration_row(m))
+
+
+def decode_migration(blob: bytes) -> Migration:
+    return migration_from_row(_loads(blob, "migration"))
+
+
 def encode_notice(notice: NodeInterruptionState) -> bytes:
     return _dumps(notice_row(notice))
 
@@ -110,6 +119,6 @@ def from_pickled_event(blob: bytes) -> bytes:
     return encode_event(pickle.loads(blob))
 
 
-__all__ = ["decode_bundle", "decode_drain", "decode_event", "decode_job", "decode_notice", "encode_bundle",
-           "encode_drain", "encode_event", "encode_job", "encode_notice", "from_pickled_bundle", "from_pickled_event",
+__all__ = ["decode_bundle", "decode_drain", "decode_event", "decode_job", "decode_migration", "decode_notice",
+           "encode_bundle", "encode_drain", "encode_event", "encode_job", "encode_migration", "encode_notice", "from_pickled_bundle", "from_pickled_event",
            "from_pickled_job"]

@@ -407,6 +407,33 @@ class Migration:
             return [StopSource(self.migration_id, self.job_id, self.source_key, kill=True)]
         return self._lose(what, now)
 
+    def restarted(self, now: float) -> list[Instruction]:
+        """A restarted scheduler read this saga back (its refs, handles and slots are gone: the
+        caller finds the instances again by name and reserves their slots anew). Before the point of
+        no return it rolls back (the source keeps running). From it on it goes on: the step in flight
+        is asked again with a fresh deadline (a stop, the deferred constructor, the cut, the resume:
+        each may be asked twice, and answers the same), and a stop that already ended moves it on."""
+        if self.terminal:
+            return []
+        self.source_allocation = self.target_allocation = None  # the old process's ledger ids mean nothing now
+        if not self.past_point_of_no_return:
+            return self._abort("the scheduler restarted before the point of no return: rolled back", now)
+        setting = DEADLINE_SETTING.get(self.phase)
+        self.phase_deadline = None if setting is None else now + self.deadlines.get(setting, DEFAULT_DEADLINES[setting])
+        self.history.append((self.phase.value, now, "resumed after a scheduler restart"))
+        if self.phase is P.STOPPING_SOURCE:
+            if self.source_stopped:  # the stop ended; the step after it was not taken yet
+                self.source_stopped = False
+                return self.source_ended(now)
+            return [StopSource(self.migration_id, self.job_id, self.source_key)]
+        if self.phase is P.STARTING_TARGET:
+            return [BeginTarget(self.migration_id, self.job_id)]
+        if self.phase is P.CUTTING:
+            return [Cut(self.migration_id, self.job_id)]
+        if self.phase is P.RESUMING:
+            return [Resume(self.migration_id, self.job_id)]
+        return []
+
     def lose(self, reason: str, now: float) -> list[Instruction]:
         """Past the point of no return, the saga cannot finish (``fabric.down``): marked lost."""
         return [] if self.terminal else self._lose(reason, now)
@@ -483,6 +510,14 @@ class MigrationBook:
         self.active[m.migration_id] = m
         self.by_job[job_id] = m.migration_id
         return m, m.begin(now)
+
+    def adopt(self, m: Migration) -> None:
+        """A saga read back from the store (a scheduler restart): in flight, or filed as finished."""
+        if m.terminal:
+            self.finished.append(m)
+        else:
+            self.active[m.migration_id] = m
+            self.by_job[m.job_id] = m.migration_id
 
     def settle(self, m: Migration) -> None:
         """File a saga that ended with the finished ones."""

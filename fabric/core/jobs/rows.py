@@ -21,6 +21,7 @@ from fabric.core.errors import FabricError
 from fabric.core.jobs.book import HISTORY, Binding, BundleRecord, JobRecord
 from fabric.core.jobs.bundles import Bundle
 from fabric.core.jobs.drains import DrainJob, JobDrainStatus, NodeDrain, NodeDrainPhase, NodeInterruptionState
+from fabric.core.jobs.migration import Migration, MigrationPhase, MigrationStrategy
 from fabric.core.jobs.restarts import Restart
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.jobs.states import JobState
@@ -63,7 +64,7 @@ def _checked(row: Any, kind: str) -> dict[str, Any]:
 
 
 def _key(row: dict[str, Any]) -> str | None:
-    for name in ("job_id", "bundle_id", "node_id"):
+    for name in ("migration_id", "job_id", "bundle_id", "node_id"):
         if isinstance(row.get(name), str):
             return str(row[name])
     return None
@@ -173,6 +174,31 @@ def bundle_from_row(row: Any, user: Iterable[dict[str, Any]]) -> BundleRecord:
         raise RowError(f"a bundle row cannot be read: {type(exc).__name__}: {exc}", kind="bundle", key=_key(row)) from exc
 
 
+# -- migrations -------------------------------------------------------------------------------------
+_MIGRATION_FIELDS = ("migration_id", "job_id", "source_node", "source_key", "source_allocation", "started_at",
+                     "target_pin", "override_reservation", "phase_deadline", "target_node", "target_key",
+                     "target_allocation", "target_created", "target_alive", "source_stopped", "reason")
+
+
+def migration_row(m: Migration) -> dict[str, Any]:
+    row: dict[str, Any] = {name: getattr(m, name) for name in _MIGRATION_FIELDS}
+    row.update(schema=ROW_SCHEMA, strategy=m.strategy.value, phase=m.phase.value, deadlines=dict(m.deadlines),
+               history=[list(h) for h in m.history])
+    return row
+
+
+def migration_from_row(row: Any) -> Migration:
+    row = _checked(row, "migration")
+    try:
+        m = Migration(**{name: row[name] for name in _MIGRATION_FIELDS}, strategy=MigrationStrategy(row["strategy"]),
+                      phase=MigrationPhase(row["phase"]), deadlines={k: float(v) for k, v in row["deadlines"].items()},
+                      history=[(str(p), float(at), str(why)) for p, at, why in row["history"]])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RowError(f"a migration row cannot be read: {type(exc).__name__}: {exc}", kind="migration",
+                       key=row.get("migration_id") if isinstance(row.get("migration_id"), str) else None) from exc
+    return m
+
+
 # -- drains and notices -------------------------------------------------------------------------------
 def drain_row(d: NodeDrain) -> dict[str, Any]:
     return {
@@ -219,5 +245,5 @@ def notice_from_row(row: Any, drain: NodeDrain | None) -> NodeInterruptionState 
 
 
 __all__ = ["ROW_SCHEMA", "RowError", "bundle_from_row", "bundle_row", "drain_from_row", "drain_row", "job_from_row",
-           "job_row", "notice_from_row", "notice_row", "requirement_from_row", "requirement_row", "spec_from_row",
+           "job_row", "migration_from_row", "migration_row", "notice_from_row", "notice_row", "requirement_from_row", "requirement_row", "spec_from_row",
            "spec_row"]
