@@ -75,15 +75,19 @@ def _prepare(self: Any, cls: type, blob: bytes, info: dict | None) -> None:
     _CURRENT = InstanceInfo(**{k: v for k, v in info.items() if k in InstanceInfo.__dataclass_fields__})
     self._fabric_error = None
     self._fabric_deferred = (cls, blob) if deferred else None
+    self._fabric_begin_lock = threading.Lock()
     if not deferred:
         _start(self, cls, blob)
 
 
 def _begin(self: Any) -> Any:
-    deferred, self._fabric_deferred = self._fabric_deferred, None
-    if deferred is not None:
-        _start(self, *deferred)
-    return self._fabric_error
+    """Run the deferred constructor once; a second call (a restarted scheduler asking again)
+    waits for the first to finish and answers the same."""
+    with self._fabric_begin_lock:
+        deferred, self._fabric_deferred = self._fabric_deferred, None
+        if deferred is not None:
+            _start(self, *deferred)
+        return self._fabric_error
 
 
 def _start(self: Any, cls: type, blob: bytes) -> None:

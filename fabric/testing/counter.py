@@ -25,6 +25,8 @@ the class is pickled by reference). ``epoch=None`` is the Unix epoch: every inst
   was written, then stops the thread once it wrote every tick due until the stop (a thread the
   machine starved for a moment catches up first, so a hole is never the writer's own lag). The
   delays let tests overrun a phase's deadline.
+- ``hold_stop``: a file path; ``__fabric_stop__`` first waits (emitting on, at most
+  ``HOLD_MAX_S``) while that file exists, so a test can hold a migration in ``stopping_source``.
 
 ``Emitter`` is the schedule without threads or Ray (the clock is an argument), tested in
 milliseconds.
@@ -42,6 +44,9 @@ from typing import Any, Callable
 
 STOP_WAIT_S = 2.0
 """How long ``__fabric_stop__`` waits for a cut's last tick to be written."""
+
+HOLD_MAX_S = 120.0
+"""The longest ``hold_stop`` holds a stop."""
 
 IDLE_WAIT_S = 0.05
 """The thread's longest sleep while it has nothing due (a stop or a resume is seen within it)."""
@@ -147,7 +152,9 @@ class CounterJob:
     (see the module docstring)."""
 
     def __init__(self, out_dir: str, period_ms: float = 10.0, epoch: float | None = None, lead_ticks: int = 20,
-                 ready_delay_s: float = 0.0, cut_delay_s: float = 0.0, resume_delay_s: float = 0.0) -> None:
+                 ready_delay_s: float = 0.0, cut_delay_s: float = 0.0, resume_delay_s: float = 0.0,
+                 hold_stop: str | None = None) -> None:
+        self._hold_stop = hold_stop
         self._clock: Callable[[], float] = time.time
         self._delays = {"ready": float(ready_delay_s), "cut": float(cut_delay_s), "resume": float(resume_delay_s)}
         self._lead_ticks = int(lead_ticks)
@@ -216,6 +223,9 @@ class CounterJob:
         self._wake.set()
 
     def __fabric_stop__(self) -> None:
+        held = time.monotonic() + HOLD_MAX_S
+        while self._hold_stop is not None and os.path.exists(self._hold_stop) and time.monotonic() < held:
+            time.sleep(0.05)
         deadline = time.monotonic() + STOP_WAIT_S
         with self._lock:
             while self._emitter.stop_at is not None and not self._emitter.done and self._stop_time is None:

@@ -5,7 +5,16 @@
   restart forgot again, and the drain completes; Ray is asked to drain the emptied node and takes it;
 - while a reclaim notice is pending: after the restart the notice and its drain's deadline are the
   ones given before; the node is then lost, and the job that dies with it is recovered without
-  counting against its restart ceiling.
+  counting against its restart ceiling;
+- during each migration strategy, before its point of no return (the target held in ``preparing``:
+  every CPU of its node is taken by a plain Ray actor, so Ray cannot start it) and after it (the
+  source's stop held by ``CounterJob(hold_stop=...)``, or a handover's slow cut): the test reads
+  the phase just before the kill and asserts it. Before, the saga rolls back and the source writes
+  on; after, it finishes on its target. The job's own counter (``CounterJob``, one tick per 10 ms
+  per instance, each to its own file) shows no duplicate for stop_then_start and handover, none
+  past the moment the source was let go for overlap, and no gap longer than that strategy's gap
+  without a kill (measured in the same test for stop_then_start; 0 for the others) plus the time
+  the scheduler took to resume the saga; a resumed saga is not counted as a restart.
 
 The fabric's stores live where ``store.url`` says (a folder of the test's own), so the setting is
 exercised on a live fleet. One module-scoped LocalFabric of three raylets; waits are bounded polls.
@@ -23,8 +32,11 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fabric import Bundle, BundleJob, JobState, adaptive  # noqa: E402
+from fabric.core import names  # noqa: E402
 from fabric.core.names import JOB_PREFIX, NAMESPACE, SCHEDULER  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.counter import CounterJob, safe_file_name  # noqa: E402
+from fabric.testing.counter_report import analyze  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +58,18 @@ class Gated:
 
 
 Gate = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60)(Gated)
+Counter = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60)(CounterJob)
+PERIOD_MS = 10.0
+MARGIN_MS = 500.0
+"""Slack on the gap bound: a tick's resolution, a loaded machine's wake-ups."""
+
+
+@ray.remote(num_cpus=0)
+class CpuHog:
+    """Holds CPUs on one node (its ``num_cpus`` option) so that Ray can start nothing else there."""
+
+    def ready(self) -> bool:
+        return True
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +86,12 @@ def lf(tmp_path_factory):
         yield fabric_
 
 
-def kill_scheduler(lf) -> None:
-    """SIGKILL the scheduler actor's process and wait for Ray to restart it (``max_restarts=-1``)."""
+def kill_scheduler(lf) -> float:
+    """SIGKILL the scheduler actor's process and wait for Ray to restart it (``max_restarts=-1``);
+    when it was killed (wall clock, as the saga's history)."""
     sched = ray.get_actor(SCHEDULER, namespace=NAMESPACE)
     pid = ray.get(sched.pid.remote(), timeout=30)
+    killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
 
     def back() -> bool:
@@ -75,6 +101,7 @@ def kill_scheduler(lf) -> None:
             return False
 
     lf.wait_until(back, "the scheduler to come back", timeout_s=90)
+    return killed_at
 
 
 def instances(job_id: str) -> list[str]:
@@ -172,3 +199,143 @@ def test_a_reclaim_notice_holds_its_deadline_across_a_restart_and_its_loss_is_no
     assert len(instances(job_id)) == 1
     lf.handle.delete_bundle("noticed")
     lf.add_node(victim.name, profile=victim.profile)
+
+
+# -- migrations ------------------------------------------------------------------------------------
+def start_counter(lf, out: Path, **kwargs):
+    job = Counter.remote(str(out), period_ms=PERIOD_MS, **kwargs)
+    job.wait_running(120)
+    lf.wait_until(lambda: analyze(str(out), PERIOD_MS).ticks >= 10, "the job's first ticks", timeout_s=60)
+    return job
+
+
+def writer(job_id: str, key: str) -> str:
+    return safe_file_name(names.job_actor_name(job_id, key))
+
+
+def another_node(lf, node_id: str) -> str:
+    return next(n.node_id for n in lf.handle.nodes() if n.status.value == "active" and n.node_id != node_id)
+
+
+def hog_every_cpu(node_id: str):
+    """A plain Ray actor holding every free CPU of ``node_id``: a job instance pinned there stays pending."""
+    from ray._private.state import available_resources_per_node
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    free = available_resources_per_node().get(node_id, {}).get("CPU", 0.0)
+    hog = CpuHog.options(num_cpus=free, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+    ray.get(hog.ready.remote(), timeout=60)
+    return hog
+
+
+def resumed_at(state) -> float | None:
+    return next((at for _, at, why in state.history if why == "resumed after a scheduler restart"), None)
+
+
+def ended(lf, mid: str):
+    return lf.wait_until(lambda: (s := lf.handle.migration(mid)).terminal and s, f"migration {mid} to end",
+                         timeout_s=120)
+
+
+def target_writing(lf, out: Path, job_id: str, state) -> None:
+    """The target writes on past the move (its file's last tick beyond the source's)."""
+    def past():
+        r = analyze(str(out), PERIOD_MS).per_writer
+        src, dst = r.get(writer(job_id, state.source_key)), r.get(writer(job_id, state.target_key))
+        return dst is not None and (src is None or dst[1] > src[1] + 20)
+
+    lf.wait_until(past, "the target writing past the move", timeout_s=60)
+
+
+@pytest.mark.parametrize("strategy", ["stop_then_start", "overlap", "handover"])
+def test_a_migration_killed_before_its_point_of_no_return_rolls_back_and_the_source_writes_on(lf, tmp_path, strategy):
+    out = tmp_path / strategy
+    job = start_counter(lf, out)
+    source = lf.handle.job(job.job_id)
+    target_node = another_node(lf, source.node_id)
+    hog = hog_every_cpu(target_node)  # Ray cannot start the target there: the saga waits in preparing
+    try:
+        mid = lf.handle.migrate_job(job.job_id, strategy=strategy, target_node=target_node)
+        before = lf.handle.migration(mid)  # read just before the kill
+        assert before.phase == "preparing" and not before.past_point_of_no_return, before
+        kill_scheduler(lf)
+        state = ended(lf, mid)
+        assert state.phase == "aborted" and "before the point of no return" in state.reason, state
+    finally:
+        ray.kill(hog)
+    s = lf.handle.job(job.job_id)
+    assert s.state == JobState.RUNNING and s.instance_key == source.instance_key, s  # the source carries on
+    assert s.restarts_last_hour == 0
+    last = analyze(str(out), PERIOD_MS).per_writer[writer(job.job_id, source.instance_key)][1]
+    lf.wait_until(lambda: analyze(str(out), PERIOD_MS).per_writer[writer(job.job_id, source.instance_key)][1] > last + 20,
+                  "the source writing on", timeout_s=60)
+    assert len(instances(job.job_id)) == 1, instances(job.job_id)  # the target it left was killed
+    job.stop()
+    r = analyze(str(out), PERIOD_MS)
+    assert r.writers == 1 and (r.duplicates, r.gap_ms) == (0, 0), r.as_dict()
+
+
+def _baseline_gap_ms(lf, out: Path) -> float:
+    """A stop_then_start migration without a kill: its gap (the strategy's own)."""
+    job = start_counter(lf, out)
+    mid = lf.handle.migrate_job(job.job_id, strategy="stop_then_start")
+    state = ended(lf, mid)
+    assert state.phase == "done", state
+    target_writing(lf, out, job.job_id, state)
+    job.stop()
+    return analyze(str(out), PERIOD_MS).gap_ms
+
+
+@pytest.mark.parametrize("strategy", ["stop_then_start", "overlap"])
+def test_a_migration_killed_past_its_point_of_no_return_finishes_on_its_target(lf, tmp_path, strategy):
+    baseline_ms = _baseline_gap_ms(lf, tmp_path / "baseline") if strategy == "stop_then_start" else 0.0
+    out, hold = tmp_path / strategy, tmp_path / "hold-stop"
+    job = start_counter(lf, out, hold_stop=str(hold))
+    hold.write_text("held")  # the source's stop waits (writing on): the saga rests in stopping_source
+    mid = lf.handle.migrate_job(job.job_id, strategy=strategy)
+    lf.wait_until(lambda: lf.handle.migration(mid).phase == "stopping_source", "the saga stopping its source",
+                  timeout_s=60)
+    before = lf.handle.migration(mid)  # read just before the kill
+    assert before.phase == "stopping_source" and before.past_point_of_no_return, before
+    killed_at = kill_scheduler(lf)
+    hold.unlink()  # the source is let go: the old scheduler's stop finishes, the new one asks again
+    let_go = time.time()
+    state = ended(lf, mid)
+    assert state.phase == "done", state
+    target_writing(lf, out, job.job_id, state)
+    s = lf.handle.job(job.job_id)
+    assert s.state == JobState.RUNNING and s.instance_key == state.target_key and s.node_id == state.target_node, s
+    assert s.restarts_last_hour == 0  # a resumed migration is not a restart
+    assert len(instances(job.job_id)) == 1, instances(job.job_id)
+    job.stop()
+    r = analyze(str(out), PERIOD_MS)
+    restart_ms = (resumed_at(state) - killed_at) * 1000.0
+    assert r.writers == 2, r.as_dict()
+    if strategy == "stop_then_start":
+        assert (r.duplicates, r.overlap_writers) == (0, 1), r.as_dict()  # never two instances
+        assert r.gap_ms <= baseline_ms + restart_ms + MARGIN_MS, (r.as_dict(), baseline_ms, restart_ms)
+    else:  # two writers only while the source was held; none once it was let go
+        assert r.gaps == [] and r.gap_ms == 0, r.as_dict()
+        src_last = r.per_writer[writer(job.job_id, state.source_key)][1]
+        assert src_last * PERIOD_MS / 1000.0 <= let_go + (restart_ms + MARGIN_MS) / 1000.0 + 2.0, (r.as_dict(), let_go)
+
+
+def test_a_handover_killed_in_its_cut_finishes_without_a_gap_or_a_duplicate(lf, tmp_path):
+    out = tmp_path / "handover"
+    job = start_counter(lf, out, cut_delay_s=4.0)
+    mid = lf.handle.migrate_job(job.job_id, strategy="handover")
+    lf.wait_until(lambda: lf.handle.migration(mid).phase == "cutting", "the saga cutting", timeout_s=60)
+    before = lf.handle.migration(mid)  # read just before the kill
+    assert before.phase == "cutting" and before.past_point_of_no_return, before
+    killed_at = kill_scheduler(lf)
+    state = ended(lf, mid)
+    assert state.phase == "done", state
+    assert resumed_at(state) is not None and resumed_at(state) > killed_at
+    target_writing(lf, out, job.job_id, state)
+    s = lf.handle.job(job.job_id)
+    assert s.state == JobState.RUNNING and s.instance_key == state.target_key and s.restarts_last_hour == 0, s
+    assert len(instances(job.job_id)) == 1, instances(job.job_id)
+    job.stop()
+    r = analyze(str(out), PERIOD_MS)
+    assert r.writers == 2 and (r.duplicates, r.overlap_writers) == (0, 1), r.as_dict()
+    assert r.gaps == [] and r.gap_ms == 0, r.as_dict()
