@@ -37,12 +37,12 @@ from fabric.core.errors import CapacityError, SchedulerUnavailableError
 from fabric.core.scheduling import NodeAssignment
 from fabric.rayio.driver import AnswerTimeout
 from fabric.rayio.tasks import CallPlan, FunctionRemotes
-from fabric.runtime import session as sessions
 from fabric.runtime.leases import SPILL, LeaseState
+from fabric.runtime.lifecycle import connected
 
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.core.placement import Requirement
-    from fabric.runtime.client import DispatchOptions
+    from fabric.runtime.options import DispatchOptions
     from fabric.runtime.session import Session
 
 
@@ -145,7 +145,7 @@ def submit(fn: Callable, req: "Requirement", opts: "DispatchOptions", name: str,
            s: "Session | None" = None) -> Any:
     """Carry out one ``.remote()`` call of ``fn`` (see the module docstring); returns its ObjectRef."""
     if s is None:
-        s = sessions.current()
+        s = connected()
     key, plan = plan_for(s, fn, req, opts.max_retries, name)
     if opts.priority == 0:
         now = time.monotonic()
@@ -172,8 +172,7 @@ def submit_placed(s: "Session", plan: CallPlan, opts: "DispatchOptions", args: t
     """The per-call path: the scheduler reserves a slot (or queues the call in the dispatcher)."""
     req, name = plan.req, plan.name
     try:
-        assignment: NodeAssignment = s.driver.answer(s.scheduler.place_task.remote(req, release_idle(s, time.monotonic())),
-                                                     s.answer_timeout_s)
+        assignment: NodeAssignment = s.api().place_task(req, release_idle(s, time.monotonic()))
     except AnswerTimeout:
         raise SchedulerUnavailableError(
             f"{name}: the fabric's scheduler did not answer a placement within {s.answer_timeout_s:g} s; "

@@ -5,7 +5,8 @@ every event is a dict ``{"seq", "kind", "at", "stimulus_id", "data"}``, numbered
 events (``node_joined``, ``node_lost``, ``node_changed``, ``node_unhealthy``, ``node_healthy``) sit
 beside placement, bundle, job, spare, drain and migration events.
 
-``FabricHandle.events(since, kinds)`` (``EventsSurface``, mixed into ``FabricHandle``) reads it.
+``FabricHandle.events(since, kinds)`` (``fabric.runtime.event_log.EventsSurface``, mixed into
+``FabricHandle``) reads it.
 ``fabric.on(kind, fn)`` returns a ``Subscription``: a daemon thread polls ``events(since)`` every
 ``interval_s`` and calls ``fn(event)`` for each new event of ``kind`` (``"*"``: every kind), in
 order. A callback that raises is reported on stderr (once per distinct error) and counted
@@ -19,45 +20,12 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, Callable, TextIO
 
 from fabric.core.errors import MessageError
-from fabric.core.names import SCHEDULER
+from fabric.runtime.event_log import PAGE, EventsSurface, read_kinds
 
-__all__ = ["EventsSurface", "Subscription", "on", "read_kinds"]
-
-PAGE = 1000
-"""Events asked for per call."""
-
-
-def read_kinds(kinds: Any) -> list[str] | None:
-    """``None`` (every kind), one kind, or several, as the scheduler takes them; ``MessageError`` otherwise."""
-    if kinds is None:
-        return None
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    try:
-        out = list(kinds)
-    except TypeError:
-        raise MessageError("kinds", "expected an event kind or a list of them", kinds) from None
-    if not all(isinstance(k, str) and k for k in out):
-        raise MessageError("kinds", "expected an event kind or a list of them", kinds)
-    return out or None
-
-
-class EventsSurface:
-    """Mixed into ``FabricHandle``: the fabric's event log."""
-
-    def _actor(self, name: str) -> Any:  # pragma: no cover - FabricHandle's
-        raise NotImplementedError
-
-    def _get(self, ref: Any) -> Any:  # pragma: no cover - FabricHandle's
-        raise NotImplementedError
-
-    def events(self, since: int = 0, kinds: Iterable[str] | str | None = None, limit: int = PAGE) -> list[dict[str, Any]]:
-        """The log's events after number ``since``, oldest first (each: seq, kind, at, stimulus_id,
-        data), of ``kinds`` only when given; at most ``limit`` (a negative ``limit``: the newest ``-limit``)."""
-        return self._get(self._actor(SCHEDULER).events.remote(since, read_kinds(kinds), limit))
+__all__ = ["EventsSurface", "PAGE", "Subscription", "on", "read_kinds"]
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -28,7 +28,9 @@ from typing import Any
 
 from fabric.core.errors import JobUnavailableError, RequirementError, SchedulerUnavailableError
 from fabric.core.jobs import JobSpec, JobState
+from fabric.core.scheduler_api import JobInstance
 from fabric.runtime import session as sessions
+from fabric.runtime.lifecycle import connected
 
 SUBMIT_ATTEMPTS = 3
 """Times a submit is sent (with the same job id) before the caller is told the scheduler is away."""
@@ -72,7 +74,7 @@ class AdaptiveClass:
 
     def options(self, **overrides: Any) -> "AdaptiveClass":
         """A copy with some arguments replaced (validated now), like Ray's ``.options``."""
-        from fabric.runtime.client import build_requirement
+        from fabric.runtime.options import build_requirement
 
         merged = {**self._options, **overrides}
         if ("operation" in overrides or "min_tier" in overrides) and "floor" not in overrides:
@@ -98,13 +100,12 @@ class AdaptiveClass:
 
         from fabric.rayio.driver import AnswerTimeout
 
-        s = sessions.current()
+        s = connected()
         args_blob = cloudpickle.dumps((args, kwargs))
         job_id = f"job-{uuid.uuid4().hex[:12]}"  # named here: a retry of an unanswered submit is the same job
         for attempt in range(SUBMIT_ATTEMPTS):
             try:
-                s.driver.answer(s.scheduler.submit_job.remote(self.spec, self.class_blob(), args_blob, job_id),
-                                s.answer_timeout_s)
+                s.api().submit_job(self.spec, self.class_blob(), args_blob, job_id)
                 break
             except AnswerTimeout:
                 if attempt == SUBMIT_ATTEMPTS - 1:
@@ -168,9 +169,8 @@ class JobHandle:
         return f"<JobHandle {self.name} {self.job_id}>"
 
     # -- where it runs ------------------------------------------------------------------------------
-    def _where(self) -> dict[str, Any]:
-        s = sessions.current()
-        return s.driver.answer(s.scheduler.job_instance.remote(self.job_id), s.answer_timeout_s)
+    def _where(self) -> JobInstance:
+        return connected().api().job_instance(self.job_id)
 
     def _instance(self) -> Any:
         """The running instance's actor handle, waiting for one up to ``call_timeout_s``."""
@@ -211,8 +211,7 @@ class JobHandle:
 
     def status(self) -> Any:
         """The job's ``JobStatus`` (state, binding, restarts in the last hour, history)."""
-        s = sessions.current()
-        return s.driver.answer(s.scheduler.job_status.remote(self.job_id), s.answer_timeout_s)
+        return connected().api().job_status(self.job_id)
 
     def wait_running(self, timeout_s: float | None = None) -> "JobHandle":
         """Wait until the job has a running instance (``JobUnavailableError`` past the timeout)."""
@@ -241,8 +240,7 @@ class JobHandle:
 
     def stop(self, wait: bool = True, timeout_s: float = 60.0) -> JobState:
         """Stop the job gracefully (``__fabric_stop__`` if defined, then its actor ends)."""
-        s = sessions.current()
-        state = JobState(s.driver.answer(s.scheduler.stop_job.remote(self.job_id), s.answer_timeout_s))
+        state = JobState(connected().api().stop_job(self.job_id))
         deadline = time.monotonic() + timeout_s
         while wait and state != JobState.STOPPED and not _terminal(state) and time.monotonic() < deadline:
             time.sleep(POLL_S)

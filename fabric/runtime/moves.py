@@ -2,7 +2,7 @@
 spot interruption and migration (API.md § Drain, eviction, interruption, migration).
 
 Each method checks its arguments first (``RequirementError`` naming the field, nothing sent), then
-calls the scheduler actor and answers what it answered: a ``DrainState``, a
+calls the scheduler actor through the handle's ``SchedulerApi`` and answers what it answered: a ``DrainState``, a
 ``NodeInterruptionState``, a ``MigrationState`` or a migration id. A fabric error the scheduler
 raised (``NodeNotFoundError``, ``JobNotFoundError``, ``MigrationError``...) is raised as itself,
 not wrapped in Ray's ``RayTaskError``.
@@ -20,18 +20,17 @@ not wrapped in Ray's ``RayTaskError``.
 from __future__ import annotations
 
 import math
-import time
 from datetime import datetime
 from typing import Any
 
-from fabric.core.errors import FabricError, RequirementError
+from fabric.core.errors import RequirementError
+from fabric.core.jobs.drains import DrainState, NodeInterruptionState
+from fabric.core.jobs.migration import MigrationState
+from fabric.core.scheduler_api import SchedulerApi
 
 STRATEGIES = ("stop_then_start", "overlap", "handover")
 """The migration strategies, when the core's ``MigrationStrategy`` is not importable."""
 INTERRUPTION_KINDS = ("spot-interruption", "rebalance")
-
-_MARGIN_S = 30.0
-"""Added to how long a drain or an interruption may take, for the wait on the scheduler's answer."""
 
 
 def strategies() -> tuple[str, ...]:
@@ -107,43 +106,14 @@ def epoch_deadline(value: Any) -> float | None:
 
 
 class MovesSurface:
-    """Mixed into ``FabricHandle``."""
+    """Mixed into ``FabricHandle``: each method checks its arguments (the edge where they enter),
+    then calls the scheduler through the handle's typed client (``fabric.core.scheduler_api``)."""
 
-    timeout_s: float
-
-    def _scheduler(self) -> Any | None:  # pragma: no cover - FabricHandle's
+    def _scheduler_api(self) -> SchedulerApi:  # pragma: no cover - FabricHandle's
         raise NotImplementedError
-
-    def _get(self, ref: Any) -> Any:  # pragma: no cover - FabricHandle's
-        raise NotImplementedError
-
-    def _wait(self, ref: Any, timeout_s: float) -> Any:
-        """``ref``'s result, waited on for ``timeout_s`` (a drain may answer when it is done)."""
-        from fabric.runtime import session as sessions
-
-        return sessions.driver().get(ref, timeout_s)
-
-    def _call(self, method: str, *args: Any, wait_s: float | None = None, **kwargs: Any) -> Any:
-        """The scheduler's ``method(*args, **kwargs)``, waited on for ``wait_s`` when that is longer
-        than the handle's timeout; its fabric error raised as itself."""
-        sched = self._scheduler()
-        if sched is None:
-            raise RuntimeError("the fabric's scheduler is not up on this Ray cluster: call fabric.up() (with the scheduler)")
-        ref = getattr(sched, method).remote(*args, **kwargs)
-        try:
-            if wait_s is not None and wait_s > self.timeout_s:
-                return self._wait(ref, wait_s)
-            return self._get(ref)
-        except FabricError:
-            raise
-        except Exception as exc:  # Ray's RayTaskError around the scheduler's own error
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, FabricError):
-                raise cause from None
-            raise
 
     # -- drain, eviction, interruption ------------------------------------------------------------
-    def drain(self, node: str, timeout_s: float | None = None, force: bool = False, strategy: Any = None) -> Any:
+    def drain(self, node: str, timeout_s: float | None = None, force: bool = False, strategy: Any = None) -> DrainState:
         """Cordon ``node``, migrate each of its jobs by ``strategy`` (default: the settings'), then
         ask Ray to drain it; with ``force``, what has not moved by ``timeout_s`` is stopped and
         recovered by its policy. The ``DrainState``."""
@@ -151,26 +121,22 @@ class MovesSurface:
         timeout = _seconds("timeout_s", timeout_s, positive=False)  # 0: stop (with force) or give up at once
         force = _flag("force", force)
         chosen = _strategy(strategy)
-        return self._call("drain_jobs", node, timeout, force, chosen, wait_s=None if timeout is None else timeout + _MARGIN_S)
+        return self._scheduler_api().drain_jobs(node, timeout, force, chosen)  # waited on past timeout_s
 
-    def drain_status(self, node: str) -> Any:
+    def drain_status(self, node: str) -> DrainState | None:
         """``node``'s drain (``DrainState``), or ``None`` when it has none."""
-        return self._call("drain_status", _name("node", node))
+        return self._scheduler_api().drain_status(_name("node", node))
 
     def evict(self, node: str) -> list[str]:
         """Stop ``node``'s jobs now; each recovers by its policy. The job ids stopped."""
-        return list(self._call("evict", _name("node", node)))
+        return list(self._scheduler_api().evict(_name("node", node)))
 
-    def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: Any = None) -> Any:
+    def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: Any = None) -> NodeInterruptionState:
         """A provider's notice that ``node`` goes at ``deadline`` (a ``datetime``, epoch seconds or
         ``None``): a forced drain sized to it (``NodeInterruptionState``); a second notice tightens it."""
         node = _name("node", node)
         kind = _kind(kind)
-        at = epoch_deadline(deadline)
-        wait = None
-        if at is not None:
-            wait = max(0.0, at - time.time()) + _MARGIN_S
-        return self._call("handle_node_interruption", node, kind, at, wait_s=wait)
+        return self._scheduler_api().handle_node_interruption(node, kind, epoch_deadline(deadline))  # waited on to it
 
     # -- migration ----------------------------------------------------------------------------------
     def migrate_job(self, job_id: str, strategy: Any = None, target_node: str | None = None,
@@ -181,24 +147,23 @@ class MovesSurface:
         chosen = _strategy(strategy)
         target = _optional_name("target_node", target_node)
         override = _flag("override_reservation", override_reservation)
-        extra = {} if chosen is None else {"strategy": chosen}  # None: the scheduler's default
-        return self._call("migrate_job", job_id, target_node=target, override_reservation=override, **extra)
+        return self._scheduler_api().migrate_job(job_id, chosen, target, override)  # None: the scheduler's default
 
-    def migration(self, migration_id: str) -> Any:
+    def migration(self, migration_id: str) -> MigrationState:
         """One migration's ``MigrationState`` (``MigrationError`` for an unknown id)."""
-        return self._call("migration", _name("migration_id", migration_id))
+        return self._scheduler_api().migration(_name("migration_id", migration_id))
 
-    def migrations(self) -> list[Any]:
+    def migrations(self) -> list[MigrationState]:
         """Every migration the scheduler keeps (in flight and recent), oldest first."""
-        return list(self._call("migrations"))
+        return list(self._scheduler_api().migrations())
 
-    def abort_migration(self, migration_id: str, reason: str = "") -> Any:
+    def abort_migration(self, migration_id: str, reason: str = "") -> MigrationState:
         """Roll ``migration_id`` back (the source keeps running); ``MigrationError`` past its point of
         no return. Its ``MigrationState``."""
         migration_id = _name("migration_id", migration_id)
         if not isinstance(reason, str):
             raise RequirementError("reason", "must be a string", reason)
-        return self._call("abort_migration", migration_id, reason)
+        return self._scheduler_api().abort_migration(migration_id, reason)
 
 
 __all__ = ["INTERRUPTION_KINDS", "MovesSurface", "STRATEGIES", "epoch_deadline", "interruption_kinds", "strategies"]

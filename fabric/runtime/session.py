@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fabric.core.errors import SchedulerUnavailableError
 from fabric.core.names import DISPATCHER, SCHEDULER
+from fabric.rayio.scheduler_client import SchedulerClient
 from fabric.runtime.counts import EXIT_WAIT_S, CallReporter
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,10 +76,20 @@ class Session:
         """Whether the fabric's actors have been looked up (and the Ray session is this one's)."""
         return self.scheduler is not None and self.key is self.driver.session_key()
 
-    def connect(self) -> "Session":
-        """Look up the scheduler and dispatcher, bringing the fabric up with defaults when it is not
-        up (API.md: "``.remote()`` brings the fabric up with defaults if it is not up"), and ask the
-        scheduler's queue timeout: ``SchedulerUnavailableError`` when it does not answer."""
+    def api(self) -> SchedulerClient:
+        """The scheduler's methods (``SchedulerApi``) over this session's handle, each answer waited
+        for at most ``answer_timeout_s`` (``AnswerTimeout`` past it; the scheduler's own error raised)."""
+        return SchedulerClient(self.scheduler, self._answer)
+
+    def _answer(self, ref: Any, least_wait_s: float | None) -> Any:
+        return self.driver.answer(ref, self.answer_timeout_s)
+
+    def connect(self, bring_up: Callable[[], object] | None = None) -> "Session":
+        """Look up the scheduler and dispatcher and ask the scheduler's queue timeout:
+        ``SchedulerUnavailableError`` when it does not answer. When the fabric is not up,
+        ``bring_up()`` brings it up with defaults (``fabric.runtime.lifecycle.connected`` passes one:
+        API.md's "``.remote()`` brings the fabric up with defaults if it is not up"); without one, or
+        when the actors did not come up, ``SchedulerUnavailableError``."""
         from fabric.rayio.driver import AnswerTimeout
 
         with self.lock:
@@ -86,16 +97,15 @@ class Session:
                 return self
             d = self.driver
             sched, disp = d.get_actor(SCHEDULER), d.get_actor(DISPATCHER)
-            if sched is None or disp is None:
-                from fabric.runtime.control import up
-
-                up()
+            if (sched is None or disp is None) and bring_up is not None:
+                bring_up()
                 sched, disp = d.get_actor(SCHEDULER), d.get_actor(DISPATCHER)
-                if sched is None or disp is None:
-                    raise SchedulerUnavailableError("the fabric's scheduler and dispatcher did not come up",
-                                                    what="connect")
+            if sched is None or disp is None:
+                raise SchedulerUnavailableError("the fabric's scheduler and dispatcher did not come up" if bring_up
+                                                else "the fabric's scheduler and dispatcher are not up: call fabric.up()",
+                                                what="connect")
             try:
-                self.queue_timeout_s = float(d.answer(sched.queue_timeout_s.remote(), self.answer_timeout_s))
+                self.queue_timeout_s = float(SchedulerClient(sched, self._answer).queue_timeout_s())
             except AnswerTimeout:
                 raise SchedulerUnavailableError(
                     f"the fabric's scheduler did not answer within {self.answer_timeout_s:g} s "
@@ -144,16 +154,17 @@ def session(driver: Any = None) -> Session:
         return s
 
 
-def current() -> Session:
+def current(bring_up: Callable[[], object] | None = None) -> Session:
     """The connected session (connecting to Ray the way ``ray.init()`` does, and to the fabric's
-    actors, when needed). Every ``.remote()`` call starts here, so the connected case is quick."""
+    actors, when needed; ``bring_up`` as ``Session.connect`` takes it). Every ``.remote()`` call
+    starts here (through ``fabric.runtime.lifecycle.connected``), so the connected case is quick."""
     s = _current
     if s is not None and s.scheduler is not None and s.key is s.driver.session_key():
         return s
     with _lock:
         d = _current.driver if _current is not None else _new_driver()
         d.init()
-        return session(d).connect()
+        return session(d).connect(bring_up)
 
 
 def use_settings(settings: "FabricSettings | None", driver: Any = None) -> Session:

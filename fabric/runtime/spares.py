@@ -1,8 +1,8 @@
 """Hot spares and provisions on the driver's side: the reconcilers ``fabric.up`` starts, and the
 ``FabricHandle`` methods over them (API.md § Pools, providers, hot spares).
 
-- ``start_reconcilers``: one ``SpareReconcilerActor`` (``fabric.spares.<pool>``, detached, on the
-  head) per pool of the live hot-spare list.
+- ``start_reconcilers`` (``fabric.runtime.lifecycle``'s): one ``SpareReconcilerActor``
+  (``fabric.spares.<pool>``, detached, on the head) per pool of the live hot-spare list.
 - ``h.update_hot_spares(entries)``: validated whole against the settings in force
   (``SettingsError`` with every problem; the live list unchanged then), stored in the registry
   (``HOT_SPARES_KEY``), pushed to each pool's reconciler (started for a new pool; a removed entry's
@@ -14,27 +14,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from fabric.core.names import HOT_SPARES_KEY, REGISTRY, SCHEDULER, SETTINGS_KEY, SPARES_PREFIX, spares_actor_name
+from fabric.core.names import HOT_SPARES_KEY, REGISTRY, SETTINGS_KEY, SPARES_PREFIX, spares_actor_name
+from fabric.core.scheduler_api import SchedulerApi
 from fabric.core.settings import FabricSettings
 from fabric.core.spares import diff_hot_spares, parse_hot_spares, spare_spec
 from fabric.runtime import session as sessions
-
-
-def start_reconcilers(driver: Any, settings: FabricSettings, pools: Iterable[str]) -> list[Any]:
-    """Get or create each pool's reconciler; their handles."""
-    from actors.spares import SpareReconcilerActor
-    from fabric.runtime.control import _start
-
-    as_dict = settings.model_dump(mode="json")
-    return [_start(driver, SpareReconcilerActor, spares_actor_name(pool), pool, as_dict) for pool in pools]
-
-
-def live_list(driver: Any, registry: Any, settings: FabricSettings, timeout_s: float) -> tuple[Any, ...]:
-    from actors.spares import live_entries
-
-    return live_entries(settings, driver.get(registry.get_state.remote(HOT_SPARES_KEY), timeout_s))
+from fabric.runtime.lifecycle import live_list, start_reconcilers
 
 
 def checked_entries(entries: Any, settings: FabricSettings) -> tuple[Any, ...]:
@@ -68,6 +55,9 @@ class SparesSurface:
         raise NotImplementedError
 
     def _get(self, ref: Any) -> Any:  # pragma: no cover - FabricHandle's
+        raise NotImplementedError
+
+    def _scheduler_api(self) -> SchedulerApi:  # pragma: no cover - FabricHandle's
         raise NotImplementedError
 
     def _settings(self) -> FabricSettings:
@@ -104,7 +94,7 @@ class SparesSurface:
     def spare_spec(self, node: str) -> Any:
         """One node's ``SpareSpec`` (by id, id prefix or name), from the scheduler's view."""
         driver = sessions.driver()
-        records = self._get(self._actor(SCHEDULER).nodes.remote())
+        records = self._scheduler_api().nodes()
         match = [r for r in records if r.node_id == node or r.name == node] or [r for r in records if r.node_id.startswith(node)]
         if len(match) != 1:
             from fabric.core.errors import NodeNotFoundError
@@ -121,7 +111,7 @@ class SparesSurface:
 
     def provisions(self) -> dict[str, Any]:
         """Open provisions (prospective nodes), held pool tiers, provisioned instances."""
-        return self._get(self._actor(SCHEDULER).provisions.remote())
+        return self._scheduler_api().provisions()
 
 
 __all__ = ["SparesSurface", "checked_entries", "live_list", "start_reconcilers"]

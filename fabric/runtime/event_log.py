@@ -1,0 +1,46 @@
+"""``FabricHandle.events``: reading the fabric's one event log (API.md § Events).
+
+The log is the scheduler's (``actors.jobs.JobRunner.emit``); each event is a ``FabricEvent``
+(``seq``, ``kind``, ``at``, ``stimulus_id``, ``data``). ``EventsSurface`` is mixed into
+``FabricHandle``; ``fabric.on`` and its poller (``fabric.runtime.events``) read the log through a
+handle. Kept apart from the poller so that the handle imports this and the poller the handle.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from fabric.core.errors import MessageError
+from fabric.core.scheduler_api import FabricEvent, SchedulerApi
+
+__all__ = ["EventsSurface", "PAGE", "read_kinds"]
+
+PAGE = 1000
+"""Events asked for per call."""
+
+
+def read_kinds(kinds: Any) -> list[str] | None:
+    """``None`` (every kind), one kind, or several, as the scheduler takes them; ``MessageError`` otherwise."""
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    try:
+        out = list(kinds)
+    except TypeError:
+        raise MessageError("kinds", "expected an event kind or a list of them", kinds) from None
+    if not all(isinstance(k, str) and k for k in out):
+        raise MessageError("kinds", "expected an event kind or a list of them", kinds)
+    return out or None
+
+
+class EventsSurface:
+    """Mixed into ``FabricHandle``: the fabric's event log."""
+
+    def _scheduler_api(self) -> SchedulerApi:  # pragma: no cover - FabricHandle's
+        raise NotImplementedError
+
+    def events(self, since: int = 0, kinds: Iterable[str] | str | None = None, limit: int = PAGE) -> list[FabricEvent]:
+        """The log's events after number ``since``, oldest first (each: seq, kind, at, stimulus_id,
+        data), of ``kinds`` only when given; at most ``limit`` (a negative ``limit``: the newest ``-limit``)."""
+        return self._scheduler_api().events(since, read_kinds(kinds), limit)
