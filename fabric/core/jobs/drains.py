@@ -198,20 +198,22 @@ DrainAction = AskRayToDrain | ForceStop
 
 
 # -- one node's drain ----------------------------------------------------------------------------------
-def _seconds(field: str, value: Any) -> float:
+def _seconds(field: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise RequirementError(field, "must be a finite number of seconds, 0 or more", value)
     return float(value)
 
 
-def _instant(field: str, value: Any) -> float:
+def _instant(field: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RequirementError(field, "must be a finite time (epoch seconds)", value)
     return float(value)
 
 
-def _kind(value: Any) -> str | None:
-    if value is not None and value not in INTERRUPTION_KINDS:
+def _kind(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in INTERRUPTION_KINDS:
         raise RequirementError("interruption", f"an interruption is one of {list(INTERRUPTION_KINDS)}", value)
     return value
 
