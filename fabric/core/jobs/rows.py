@@ -15,7 +15,7 @@ the first JSON schema; schema 0 was pickled objects (``fabric.store.jobs`` upgra
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from fabric.core.errors import FabricError
 from fabric.core.jobs.book import HISTORY, Binding, BundleRecord, JobRecord
@@ -43,7 +43,7 @@ class RowError(FabricError):
     def __init__(self, message: str, *, kind: str | None = None, key: str | None = None) -> None:
         super().__init__(message, kind=kind, key=key)
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[Callable[[str, str | None, str | None], RowError], tuple[str, str | None, str | None]]:
         return (_rebuild_row_error, (self.message, self.kind, self.key))
 
 
@@ -51,7 +51,7 @@ def _rebuild_row_error(message: str, kind: str | None, key: str | None) -> "RowE
     return RowError(message, kind=kind, key=key)
 
 
-def _checked(row: Any, kind: str) -> dict[str, Any]:
+def _checked(row: object, kind: str) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise RowError(f"a {kind} row must be a JSON object, got {type(row).__name__}", kind=kind)
     schema = row.get("schema")
@@ -115,7 +115,7 @@ def job_row(rec: JobRecord) -> dict[str, Any]:
     }
 
 
-def job_from_row(row: Any) -> JobRecord:
+def job_from_row(row: object) -> JobRecord:
     row = _checked(row, "job")
     try:
         b = row["binding"]
@@ -156,7 +156,7 @@ def bundle_row(rec: BundleRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]
     return row, user
 
 
-def bundle_from_row(row: Any, user: Iterable[dict[str, Any]]) -> BundleRecord:
+def bundle_from_row(row: object, user: Iterable[dict[str, Any]]) -> BundleRecord:
     row = _checked(row, "bundle")
     try:
         data = dict(row["bundle"])
@@ -187,7 +187,7 @@ def migration_row(m: Migration) -> dict[str, Any]:
     return row
 
 
-def migration_from_row(row: Any) -> Migration:
+def migration_from_row(row: object) -> Migration:
     row = _checked(row, "migration")
     try:
         m = Migration(**{name: row[name] for name in _MIGRATION_FIELDS}, strategy=MigrationStrategy(row["strategy"]),
@@ -210,7 +210,7 @@ def drain_row(d: NodeDrain) -> dict[str, Any]:
     }
 
 
-def drain_from_row(row: Any) -> NodeDrain:
+def drain_from_row(row: object) -> NodeDrain:
     row = _checked(row, "drain")
     try:
         d = NodeDrain(row["node_id"], [j["job_id"] for j in row["jobs"]], row["started"], timeout_s=row["timeout_s"],
@@ -232,7 +232,7 @@ def notice_row(notice: NodeInterruptionState) -> dict[str, Any]:
             "noticed_at": notice.noticed_at}
 
 
-def notice_from_row(row: Any, drain: NodeDrain | None) -> NodeInterruptionState | None:
+def notice_from_row(row: object, drain: NodeDrain | None) -> NodeInterruptionState | None:
     """The notice again, with its drain's snapshot; None when its drain was not kept."""
     row = _checked(row, "notice")
     if drain is None:
