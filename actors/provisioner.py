@@ -9,10 +9,12 @@ seconds), so they run in a small thread pool; the answer goes back to the core a
 
 Providers are built on first use from the settings' pool tiers (``providers_for``), joining this
 cluster's GCS address. The ``local`` provider writes its children's logs and pid files beside the
-fabric's store (``<store folder>/providers/local``), so ``LocalFabric`` (or an operator) can sweep
-what a killed scheduler left behind. A scheduler restart forgets the children it made (they keep
-running as ordinary nodes of their pool tier; the scale-down path terminates only instances its
-provider knows).
+fabric's store (``<store folder>/providers/local``). Every instance a provider answers is a row of
+the job store (``kind = "instance"``: the ``ProvisionedNode`` as JSON), removed once terminated. A
+restarted scheduler reads them back (``attach``): each instance still running is adopted by its
+provider again (listed, scaled down, terminated by ``fabric down`` as if started here), one that
+ended is forgotten, and what a provision in flight had started but not yet answered (a ``ray
+start`` pid file nobody adopted) is killed. None is leaked, none terminated twice.
 
 What the provisioner needs of the scheduler it serves is the ``ProvisionerHost`` port below, so this
 module imports nothing of ``actors.scheduler`` (the scheduler builds a ``Provisioner``; the
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 from pathlib import Path
 from typing import Any, Mapping, Protocol
@@ -30,6 +33,7 @@ from typing import Any, Mapping, Protocol
 from fabric.core.errors import FabricError
 from fabric.core.scheduling import ProvisionFailed, ProvisionNode, ProvisionStarted, Stimulus, TerminateNode
 from fabric.core.settings import FabricSettings, NodeShape
+from fabric.providers.base import ProvisionedNode
 
 PROVIDER_THREADS = 4
 """Provider calls in flight at once (each ``ray start`` is a few seconds of mostly waiting)."""
@@ -87,6 +91,54 @@ class Provisioner:
         self.serving_s: dict[str, float] = {}
         """Instance id -> seconds from the provision to the node registering."""
         self._joined_early: dict[str, float] = {}
+        self._store: Any = None
+        """The job store the instance rows go to (``attach``); None: nothing is kept (unit tests)."""
+
+    # -- the store ---------------------------------------------------------------------------------
+    def attach(self, store: Any) -> int:
+        """Keep instance rows in ``store`` from now on, and adopt the instances rows kept by a
+        scheduler before this one: each its provider takes back if it still runs (the rest are
+        forgotten), then the local provider kills what nobody adopted. How many were adopted."""
+        self._store = store
+        rows = store.state("instance")
+        if not rows:
+            return 0
+        adopted, gone = 0, []
+        providers = self.providers()
+        for key, blob in rows:
+            try:
+                node = ProvisionedNode.from_row(json.loads(blob))
+            except Exception as exc:
+                print(f"[fabric.provisioner] instance {key!r} could not be read back: {type(exc).__name__}: {exc}")
+                continue
+            adopt = getattr(providers.get(node.provider), "adopt", None)
+            if adopt is not None and adopt(node):
+                adopted += 1
+                self._note("instance_adopted", provider=node.provider, instance_id=node.instance_id, pool=node.pool,
+                           pool_tier=node.pool_tier, shape=node.shape.name)
+            else:
+                gone.append(("instance", key, None))
+                self._note("instance_forgotten", provider=node.provider, instance_id=node.instance_id,
+                           reason="it no longer runs" if adopt is not None else "its provider cannot adopt it")
+        for p in providers.values():
+            sweep = getattr(p, "sweep_unknown", None)
+            if sweep is not None:
+                killed = sweep()
+                if killed:
+                    self._note("instances_swept", provider=p.name, count=killed,
+                               reason="started by a provision a restart interrupted; nobody adopted them")
+        if gone:
+            store.write(state=gone)
+        return adopted
+
+    def _keep(self, node: Any) -> None:
+        if self._store is not None:
+            self._store.write(state=[("instance", f"{node.provider}/{node.instance_id}",
+                                      json.dumps(node.as_row(), sort_keys=True).encode())])
+
+    def _forget(self, provider: str, instance_id: str) -> None:
+        if self._store is not None:
+            self._store.write(state=[("instance", f"{provider}/{instance_id}", None)])
 
     # -- providers ---------------------------------------------------------------------------------
     def providers(self) -> dict[str, Any]:
@@ -136,6 +188,7 @@ class Provisioner:
         node = await loop.run_in_executor(
             self._pool, lambda: p.provision(shape, pool=pool, pool_tier=pool_tier, spare=spare, tags=dict(tags or {})))
         self.started_at.setdefault(node.instance_id, t0)
+        self._keep(node)
         joined = self._joined_early.pop(node.instance_id, None)
         if joined is not None:  # it registered before ray start reported it up
             self.serving_s[node.instance_id] = round(max(0.0, joined - self.started_at[node.instance_id]), 3)
@@ -155,6 +208,7 @@ class Provisioner:
         p = self.provider(provider)
         self._note("node_terminated", provider=provider, instance_id=instance_id, reason=reason)
         await asyncio.get_event_loop().run_in_executor(self._pool, p.terminate, instance_id)
+        self._forget(provider, instance_id)
         if provider == "ray-autoscaler" and node_id:
             from fabric.core.names import HEALTH
 
@@ -211,11 +265,14 @@ class Provisioner:
     def close(self) -> int:
         """Terminate every node the providers made (``fabric.down``); how many there were."""
         n = 0
-        for p in (self._providers or {}).values():
-            n += len(p.list())
+        for name, p in (self._providers or {}).items():
+            nodes = p.list()
+            n += len(nodes)
             close = getattr(p, "close", None)
             if close is not None:
                 close()
+                for node in nodes:
+                    self._forget(name, node.instance_id)
         return n
 
     def _note(self, kind: str, **data: Any) -> None:

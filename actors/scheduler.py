@@ -83,6 +83,11 @@ class Scheduler(SchedulerMoves):
         """The long-running jobs (``actors.jobs.JobRunner``); None in unit tests that drive no jobs."""
         self.provisioner = Provisioner(self, providers)
         """Provider calls (``actors.provisioner``): the core's ``ProvisionNode`` / ``TerminateNode``."""
+        if self.jobs is not None and run_loop:  # the providers' instances are kept beside the jobs
+            try:
+                self.provisioner.attach(self.jobs.store)
+            except Exception as exc:  # a provider that cannot be built here: its instances wait for the next start
+                print(f"[fabric.scheduler] provider instances not adopted: {type(exc).__name__}: {exc}")
         from fabric.core.scheduling.scaling import Scaler
 
         self.scaler = Scaler()

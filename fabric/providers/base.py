@@ -19,9 +19,10 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 from fabric.core.errors import FabricError
+from fabric.core.jobs.rows import ROW_SCHEMA, RowError
 from fabric.core.settings import NodeShape
 
 __all__ = ["NodeProvider", "ProvisionedNode", "ProviderError", "PROVIDER_NAMES", "NO_TAGS"]
@@ -62,6 +63,32 @@ class ProvisionedNode:
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     pid: int | None = None
     log_path: str | None = None
+
+    def as_row(self) -> dict[str, object]:
+        """Plain JSON types: the job store's ``instance`` row (a restarted scheduler adopts it again)."""
+        return {"schema": ROW_SCHEMA, "instance_id": self.instance_id, "provider": self.provider, "pool": self.pool,
+                "pool_tier": self.pool_tier, "shape": self.shape.model_dump(mode="json"), "spare": self.spare,
+                "started_at": self.started_at, "name": self.name, "profile": self.profile, "labels": dict(self.labels),
+                "pid": self.pid, "log_path": self.log_path}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "ProvisionedNode":
+        """The node again from ``as_row``'s form; ``RowError`` (kind ``instance``) when it cannot be read."""
+        schema = row.get("schema")
+        if not isinstance(schema, int) or schema > ROW_SCHEMA:
+            raise RowError(f"an instance row of an unknown schema ({schema!r})", kind="instance")
+        try:
+            labels = row["labels"]
+            return cls(instance_id=str(row["instance_id"]), provider=str(row["provider"]), pool=str(row["pool"]),
+                       pool_tier=str(row["pool_tier"]), shape=NodeShape.model_validate(row["shape"]),
+                       spare=bool(row["spare"]), started_at=float(row["started_at"]),
+                       name=str(row["name"]), profile=None if row["profile"] is None else str(row["profile"]),
+                       labels=dict(labels) if isinstance(labels, Mapping) else {},
+                       pid=None if row["pid"] is None else int(row["pid"]),
+                       log_path=None if row["log_path"] is None else str(row["log_path"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RowError(f"an instance row cannot be read: {type(exc).__name__}: {exc}", kind="instance",
+                           key=str(row.get("instance_id"))) from exc
 
 
 @runtime_checkable

@@ -42,7 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from fabric.core.capabilities import label_value
 from fabric.core.names import INSTANCE_LABEL, PROVIDER_LABEL, RAY_EXECUTABLE_ENV, SHAPE_LABEL, SPARE_LABEL
@@ -98,9 +98,54 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _wait_exited(pid: int, timeout_s: float) -> bool:
+def _gone(pid: int) -> bool:
+    """Whether an adopted ``pid`` (not our child: a process an earlier provider started) has ended."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _ray_start_leader(pid: int) -> bool:
+    """Whether ``pid`` still leads a session of its own and runs ``ray start`` (a child a provider
+    started, not a recycled pid)."""
+    import psutil
+
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+        return os.getsid(pid) == pid and "start" in cmdline and any("ray" in a for a in cmdline[:3])
+    except (OSError, psutil.Error):
+        return False
+
+
+class _Adopted:
+    """What ``_Child`` needs of a ``Popen`` for a node started by an earlier provider (a restarted
+    scheduler adopting it): its pid, no return code until it ended, a wait that polls."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else 3600.0)
+        while not _gone(self.pid):
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.05)
+        self.returncode = -signal.SIGKILL
+        return self.returncode
+
+
+def _ended(proc: Any) -> bool:
+    return _gone(proc.pid) if isinstance(proc, _Adopted) else _exited(proc.pid)
+
+
+def _wait_exited(pid: int, timeout_s: float, ended: Callable[[int], bool] | None = None) -> bool:
+    ended = ended or _exited
     deadline = time.monotonic() + timeout_s
-    while not _exited(pid):
+    while not ended(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -140,19 +185,20 @@ PID_SUFFIX = ".pid"
 """``<instance id>.pid`` in a given ``log_dir``: the session leader of each child still running."""
 
 
-def sweep(log_dir: str | os.PathLike[str]) -> int:
+def sweep(log_dir: str | os.PathLike[str], keep: Iterable[str] = ()) -> int:
     """SIGKILL the sessions of children a ``LocalProvider`` with this ``log_dir`` started and never
     stopped (its process died without ``close``: a killed actor); returns how many. Only a pid whose
-    process still leads its own session and runs ``ray start`` is signalled."""
-    import psutil
-
+    process still leads its own session and runs ``ray start`` is signalled; the instance ids in
+    ``keep`` (adopted again) are left alone."""
+    kept = set(keep)
     n = 0
     for pid_file in sorted(Path(log_dir).glob(f"*{PID_SUFFIX}")):
+        if pid_file.name[: -len(PID_SUFFIX)] in kept:
+            continue
         try:
             pid = int(pid_file.read_text().strip())
-            proc = psutil.Process(pid)
-            ours = os.getsid(pid) == pid and "start" in proc.cmdline() and any("ray" in a for a in proc.cmdline()[:3])
-        except (ValueError, OSError, psutil.Error):
+            ours = _ray_start_leader(pid)
+        except (ValueError, OSError):
             ours = False
         if ours:
             _signal_session(pid, signal.SIGKILL)
@@ -172,7 +218,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 @dataclass
 class _Child:
     node: ProvisionedNode
-    proc: subprocess.Popen
+    proc: subprocess.Popen | _Adopted
     lock: threading.Lock = field(default_factory=threading.Lock)
     returncode: int | None = None
 
@@ -333,6 +379,30 @@ class LocalProvider:
         timer.start()
         return answer
 
+    def adopt(self, node: ProvisionedNode) -> bool:
+        """Take back a node an earlier provider of this fabric started (a restarted scheduler reads
+        its instances from the store): True when its ``ray start`` still runs, leading its own
+        session; it is then listed, terminated and closed like one started here. False (nothing
+        adopted) for a node of another provider, without a pid, or whose process ended."""
+        if node.provider != self.name or node.pid is None or not _ray_start_leader(node.pid):
+            return False
+        with self._lock:
+            if node.instance_id in self._children:
+                return True
+            self._children[node.instance_id] = _Child(node, _Adopted(node.pid))
+        if self._given_log_dir is not None:
+            (self._log_dir() / f"{node.instance_id}{PID_SUFFIX}").write_text(str(node.pid))
+        return True
+
+    def sweep_unknown(self) -> int:
+        """Kill what an earlier provider with this log folder started and nobody adopted (a provision
+        its scheduler died in before it answered); how many."""
+        if self._given_log_dir is None:
+            return 0
+        with self._lock:
+            keep = set(self._children)
+        return sweep(self._given_log_dir, keep)
+
     def list(self) -> builtins.list[ProvisionedNode]:
         """The nodes started here whose ``ray start`` is still running, oldest first (one that ended
         on its own is reaped and left out)."""
@@ -340,7 +410,7 @@ class LocalProvider:
             children = builtins.list(self._children.values())
         running = []
         for child in children:
-            if _exited(child.proc.pid):
+            if _ended(child.proc):
                 self._stop(child)
             else:
                 running.append(child.node)
@@ -360,7 +430,7 @@ class LocalProvider:
             self._closed = True
             children = builtins.list(self._children.values())
         for child in children:
-            if not _exited(child.proc.pid):
+            if not _ended(child.proc):
                 _signal_session(child.proc.pid, signal.SIGTERM)
         for child in children:
             self._stop(child)
@@ -422,13 +492,14 @@ class LocalProvider:
         """Stop ``child``'s session and reap it (SIGTERM, ``grace_s`` (default ``stop_grace_s``),
         SIGKILL); then it is ended."""
         pid = child.proc.pid
+        ended = _gone if isinstance(child.proc, _Adopted) else _exited
         with child.lock:
             if child.proc.returncode is None:
-                if not _exited(pid):
+                if not ended(pid):
                     _signal_session(pid, signal.SIGTERM)
-                    if not _wait_exited(pid, self.stop_grace_s if grace_s is None else grace_s):
+                    if not _wait_exited(pid, self.stop_grace_s if grace_s is None else grace_s, ended):
                         _signal_session(pid, signal.SIGKILL)
-                        _wait_exited(pid, 30.0)
+                        _wait_exited(pid, 30.0, ended)
                 # The leader is now an unreaped zombie, so its session id is still ours: sweep what
                 # is left of the session (Ray's reaper, a worker slow to exit) before reaping it.
                 _signal_session(pid, signal.SIGKILL)

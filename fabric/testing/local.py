@@ -351,21 +351,27 @@ class LocalFabric:
         except Exception:  # no scheduler (fleet-only fabric), or it is gone: the sweep below
             pass
 
-    def _sweep_providers(self) -> None:
-        """Kill what a killed scheduler's local provider left running (its pid files, nothing else)."""
-        from pathlib import Path
-
-        from fabric.providers.local import sweep
-
-        roots = [Path(self._store_dir.name)] if self._store_dir is not None else []
+    def store_root(self) -> Path:
+        """The folder under which this fabric's stores (and its providers' pid files) live: the
+        temporary data folder, or the one the settings name."""
         from fabric.store.paths import configured_store_paths
 
+        if self._store_dir is not None:
+            return Path(self._store_dir.name)
         configured = configured_store_paths(self.settings)
-        if configured is not None:
-            roots.append(configured.folder)
-        for root in roots:
-            for folder in root.glob("**/providers/local"):
-                sweep(folder)
+        assert configured is not None  # without a configured store, a temporary folder is made
+        return configured.folder
+
+    def _sweep_providers(self) -> None:
+        """Kill what a killed scheduler's local provider left running (its pid files, nothing else)."""
+        from fabric.providers.local import sweep
+
+        try:
+            root = self.store_root()
+        except AssertionError:
+            return
+        for folder in root.glob("**/providers/local"):
+            sweep(folder)
 
     def __enter__(self) -> "LocalFabric":
         return self
