@@ -4,7 +4,7 @@ The detached, named actor ``fabric.operator`` (namespace ``fabric``), started by
 the head like the scheduler. It runs its own asyncio event loop in a thread and serves there:
 
 - gRPC ``fabric.operator.v1.Operator`` (``fabric.api.server``) on ``api.host:api.port``, each RPC a
-  call of the scheduler actor's methods;
+  call of the scheduler actor's methods through its ``AsyncSchedulerClient``;
 - the read-only JSON view ``GET /api/capabilities/nodes`` (``fabric.api.http_view.make_app``) on
   ``api.host:api.http_port``.
 
@@ -21,15 +21,20 @@ import asyncio
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import ray
 
 from fabric.api.token import ensure_token, read_token, token_path
 from fabric.core.errors import SettingsError, SettingsProblem
 from fabric.core.names import NAMESPACE, SCHEDULER
+from fabric.core.scheduler_api import AsyncSchedulerApi
 from fabric.core.settings import FabricSettings
 from fabric.core.settings_api import ApiSettings, is_loopback, remote_refusal
+from fabric.rayio.scheduler_client import AsyncSchedulerClient
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fabric.api.server import EventsReader
 
 START_TIMEOUT_S = 30.0
 
@@ -45,21 +50,21 @@ def refuse_remote(api: ApiSettings) -> None:
         raise SettingsError([SettingsProblem("remote_bind", "api.host", remote_refusal(host))])
 
 
-def events_method() -> str:
+def events_method() -> EventsReader:
     """The scheduler's event-log reader: ``events(since, kinds, limit)`` when it has one, else ``job_events``."""
     from actors.scheduler import Scheduler
 
     return "events" if callable(getattr(Scheduler, "events", None)) else "job_events"
 
 
-async def start_servers(call: Callable, api: ApiSettings, token: str, *, events: str = "job_events",
+async def start_servers(scheduler: AsyncSchedulerApi, api: ApiSettings, token: str, *, events: EventsReader = "job_events",
                         poll_s: float = 0.2) -> tuple[dict[str, str | None], list[Callable]]:
     """Start the gRPC server (and the JSON view when ``fabric.api.http_view`` is there) on the running
     loop: their addresses ``{"grpc": "host:port", "http": "host:port" | None}`` and their stoppers."""
     refuse_remote(api)
     from fabric.api.server import serve
 
-    server, port = await serve(call, token, api.host, api.port, events_method=events, poll_s=poll_s)
+    server, port = await serve(scheduler, token, api.host, api.port, events_method=events, poll_s=poll_s)
     stoppers: list[Callable] = [lambda: server.stop(1.0)]
     addresses: dict[str, str | None] = {"grpc": _hostport(api.host, port), "http": None}
     try:
@@ -68,7 +73,7 @@ async def start_servers(call: Callable, api: ApiSettings, token: str, *, events:
         return addresses, stoppers
     from aiohttp import web
 
-    runner = web.AppRunner(make_app(lambda: call("nodes"), token), access_log=None)
+    runner = web.AppRunner(make_app(scheduler.nodes, token), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, api.host, api.http_port)
     try:
@@ -85,14 +90,14 @@ async def start_servers(call: Callable, api: ApiSettings, token: str, *, events:
 
 
 class Operator:
-    """The actor's logic. ``call`` (default: the scheduler actor's methods) and ``store_path`` (default:
-    the store's) are seams for tests."""
+    """The actor's logic. ``scheduler`` (default: the scheduler actor's ``AsyncSchedulerClient``,
+    its handle looked up on the first call) and ``store_path`` (default: the store's) are seams for tests."""
 
-    def __init__(self, settings: dict | None = None, *, call: Callable | None = None,
+    def __init__(self, settings: dict | None = None, *, scheduler: AsyncSchedulerApi | None = None,
                  store_path: str | None = None, poll_s: float = 0.2) -> None:
         self.settings = FabricSettings.load(settings)
-        self._scheduler: Any = None
-        self._call = call or self._scheduler_call
+        self._scheduler_handle: Any = None
+        self._scheduler: AsyncSchedulerApi = scheduler or AsyncSchedulerClient(self._scheduler_actor)
         self._token_file = token_path(store_path or self._store_path())
         self._token = ensure_token(self._token_file)
         self._loop = asyncio.new_event_loop()
@@ -102,9 +107,9 @@ class Operator:
         self._error: BaseException | None = None
         self._addresses: dict[str, str | None] = {"grpc": None, "http": None}
         try:
-            events = events_method() if call is None else "job_events"
+            events = events_method() if scheduler is None else "job_events"
             self._addresses, self._stoppers = self._run(
-                start_servers(self._call, self.settings.api, self._token, events=events, poll_s=poll_s))
+                start_servers(self._scheduler, self.settings.api, self._token, events=events, poll_s=poll_s))
         except Exception as exc:  # kept: address() raises it (up() reports it); the actor stays up
             self._error = exc
             print(f"[fabric.operator] the operator API did not start: {type(exc).__name__}: {exc}")
@@ -119,10 +124,11 @@ class Operator:
     def _run(self, coro: Any, timeout_s: float = START_TIMEOUT_S) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
-    async def _scheduler_call(self, method: str, *args: Any) -> Any:
-        if self._scheduler is None:
-            self._scheduler = ray.get_actor(SCHEDULER, namespace=NAMESPACE)
-        return await getattr(self._scheduler, method).remote(*args)
+    def _scheduler_actor(self) -> Any:
+        """The scheduler's actor handle, looked up the first time a call needs it."""
+        if self._scheduler_handle is None:
+            self._scheduler_handle = ray.get_actor(SCHEDULER, namespace=NAMESPACE)
+        return self._scheduler_handle
 
     # -- the actor's methods ------------------------------------------------------------------------------
     def address(self) -> dict[str, str | None]:
@@ -156,7 +162,7 @@ class Operator:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=16)
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=16)  # type: ignore[call-overload]  # Ray's stubs lack max_concurrency
 class OperatorActor(Operator):
     """``Operator`` as the detached, named Ray actor (``fabric.operator``)."""
 

@@ -1,8 +1,11 @@
 """The operator API's servicer (issue 17): ``fabric.operator.v1.Operator`` on grpc.aio.
 
-``OperatorServicer(call)`` turns each RPC into calls of the scheduler actor's methods through
-``call(method, *args)`` (an async callable: the operator actor passes one that calls
-``fabric.scheduler``; unit tests pass a fake). The fabric's errors become status codes
+``OperatorServicer(scheduler)`` turns each RPC into calls of the scheduler actor's methods on
+``scheduler``, an ``AsyncSchedulerApi`` (``fabric.core.scheduler_api``: the operator actor passes
+the ``AsyncSchedulerClient`` of ``fabric.scheduler``; unit tests pass a fake), each called by name
+in code, so mypy holds every RPC's call to the scheduler's real signature. A request's fields are
+checked here, where they enter (a missing node, a malformed requirement or bundle), before
+anything is called. The fabric's errors become status codes
 (``status_for``): bad input INVALID_ARGUMENT naming the field, an unknown node/job/bundle NOT_FOUND,
 a refused move FAILED_PRECONDITION, no capacity RESOURCE_EXHAUSTED, anything else INTERNAL; an RPC
 never crashes the server. ``TokenInterceptor`` refuses every call without the right
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import pickle
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Callable, Literal
 
 import grpc
 
@@ -27,9 +30,10 @@ from fabric.core.errors import (
     CapacityError, InvalidSpecError, JobNotFoundError, MessageError, MigrationError, NodeNotFoundError,
     RequirementError, SettingsError, TransitionError,
 )
+from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
 
-Call = Callable[..., Awaitable[Any]]
-"""``await call("method", *args)``: one scheduler actor method's answer (its error raised)."""
+EventsReader = Literal["events", "job_events"]
+"""Which of the scheduler's log readers WatchEvents polls: ``events(since, kinds, limit)`` or ``job_events(since, kinds)``."""
 API_VERSION = "fabric.operator.v1"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 EVENT_BATCH = 1000
@@ -85,104 +89,105 @@ def _node(request: Any) -> str:
 
 # -- the servicer -------------------------------------------------------------------------------------------
 class OperatorServicer(pb_grpc.OperatorServicer):
-    """Each RPC as scheduler actor calls. ``events_method`` is the scheduler's log reader
-    (``events(since, kinds, limit)``, else ``job_events(since, kinds)``); ``poll_s`` how often
-    WatchEvents looks for new events; ``importer`` imports a bundle job's class by path."""
+    """Each RPC as scheduler actor calls on ``scheduler``. ``events_method`` is the scheduler's log
+    reader (``EventsReader``); ``poll_s`` how often WatchEvents looks for new events; ``importer``
+    imports a bundle job's class by path."""
 
-    def __init__(self, call: Call, *, events_method: str = "job_events", poll_s: float = 0.2,
+    def __init__(self, scheduler: AsyncSchedulerApi, *, events_method: EventsReader = "job_events", poll_s: float = 0.2,
                  importer: Callable[[str, str], Any] = import_class) -> None:
-        self.call = call
+        self.scheduler = scheduler
         self.events_method = events_method
         self.poll_s = poll_s
         self.importer = importer
 
     @_guarded
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
-        metrics, nodes, jobs, bundles = await asyncio.gather(
-            self.call("metrics"), self.call("nodes"), self.call("job_statuses"), self.call("bundle_statuses"))
+        s = self.scheduler
+        metrics, nodes, jobs, bundles = await asyncio.gather(s.metrics(), s.nodes(), s.job_statuses(), s.bundle_statuses())
         return pb.StatusReply(node_count=len(nodes), job_count=len(jobs), bundle_count=len(bundles),
                               metrics_json=jsonable(metrics), api=API_VERSION)
 
     @_guarded
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesReply:
-        return pb.ListNodesReply(nodes=[node_message(r) for r in await self.call("nodes")])
+        return pb.ListNodesReply(nodes=[node_message(r) for r in await self.scheduler.nodes()])
 
     @_guarded
     async def Cordon(self, request: pb.NodeRequest, context: Any) -> pb.NodeReply:
-        return pb.NodeReply(node_id=str(await self.call("cordon", _node(request))))
+        return pb.NodeReply(node_id=str(await self.scheduler.cordon(_node(request))))
 
     @_guarded
     async def Uncordon(self, request: pb.NodeRequest, context: Any) -> pb.NodeReply:
-        return pb.NodeReply(node_id=str(await self.call("uncordon", _node(request))))
+        return pb.NodeReply(node_id=str(await self.scheduler.uncordon(_node(request))))
 
     @_guarded
     async def Drain(self, request: pb.DrainRequest, context: Any) -> pb.DrainReply:
         timeout_s = request.timeout_s if request.HasField("timeout_s") else None
-        state = await self.call("drain_jobs", _node(request), timeout_s, request.force, request.strategy or None)
+        state = await self.scheduler.drain_jobs(_node(request), timeout_s, request.force, request.strategy or None)
         return pb.DrainReply(node_id=str(getattr(state, "node_id", "") or request.node), state_json=jsonable(state))
 
     @_guarded
     async def Evict(self, request: pb.NodeRequest, context: Any) -> pb.EvictReply:
-        stopped = await self.call("evict", _node(request))
+        stopped = await self.scheduler.evict(_node(request))
         return pb.EvictReply(node_id=request.node, job_ids=[str(j) for j in stopped])
 
     @_guarded
     async def NotifyInterruption(self, request: pb.NotifyInterruptionRequest, context: Any) -> pb.DrainReply:
         deadline = request.deadline_epoch if request.HasField("deadline_epoch") else None
-        state = await self.call("handle_node_interruption", _node(request), request.kind or "spot-interruption", deadline)
+        state = await self.scheduler.handle_node_interruption(_node(request), request.kind or "spot-interruption", deadline)
         return pb.DrainReply(node_id=str(getattr(state, "node_id", "") or request.node), state_json=jsonable(state))
 
-    async def _write_bundle(self, request: pb.BundleWriteRequest, method: str) -> pb.BundleReply:
+    async def _write_bundle(self, request: pb.BundleWriteRequest, *, update: bool) -> pb.BundleReply:
         if not request.HasField("bundle"):
             raise InvalidSpecError("bundle: required", field="bundle")
         blob = pickle.dumps(build_bundle(request.bundle, self.importer))
         if request.validate_only:
-            admission = await self.call("validate_bundle_admission", blob)
+            admission = await self.scheduler.validate_bundle_admission(blob)
             return pb.BundleReply(validated_only=True, admission_kind=str(getattr(admission, "kind", "")),
                                   admission_json=jsonable(admission))
-        return pb.BundleReply(status=bundle_status_message(await self.call(method, blob)))
+        written = await (self.scheduler.update_bundle(blob) if update else self.scheduler.create_bundle(blob))
+        return pb.BundleReply(status=bundle_status_message(written))
 
     @_guarded
     async def CreateBundle(self, request: pb.BundleWriteRequest, context: Any) -> pb.BundleReply:
-        return await self._write_bundle(request, "create_bundle")
+        return await self._write_bundle(request, update=False)
 
     @_guarded
     async def UpdateBundle(self, request: pb.BundleWriteRequest, context: Any) -> pb.BundleReply:
-        return await self._write_bundle(request, "update_bundle")
+        return await self._write_bundle(request, update=True)
 
     @_guarded
     async def DeleteBundle(self, request: pb.BundleIdRequest, context: Any) -> pb.BundleReply:
-        return pb.BundleReply(status=bundle_status_message(await self.call("delete_bundle", request.bundle_id)))
+        return pb.BundleReply(status=bundle_status_message(await self.scheduler.delete_bundle(request.bundle_id)))
 
     @_guarded
     async def GetBundle(self, request: pb.BundleIdRequest, context: Any) -> pb.BundleReply:
-        return pb.BundleReply(status=bundle_status_message(await self.call("bundle_status", request.bundle_id)))
+        return pb.BundleReply(status=bundle_status_message(await self.scheduler.bundle_status(request.bundle_id)))
 
     @_guarded
     async def ListBundles(self, request: pb.ListBundlesRequest, context: Any) -> pb.ListBundlesReply:
-        return pb.ListBundlesReply(bundles=[bundle_status_message(s) for s in await self.call("bundle_statuses")])
+        return pb.ListBundlesReply(bundles=[bundle_status_message(s) for s in await self.scheduler.bundle_statuses()])
 
     @_guarded
     async def Explain(self, request: pb.ExplainRequest, context: Any) -> pb.ExplainReply:
-        out = await self.call("explain", requirement_from_json(request.requirement_json), None, request.verbose)
+        out = await self.scheduler.explain(requirement_from_json(request.requirement_json), None, request.verbose)
         text = out.get("text", "") if isinstance(out, dict) else getattr(out, "text", "")
         return pb.ExplainReply(text=str(text or ""), explain_json=jsonable(out))
 
     @_guarded
     async def Migrate(self, request: pb.MigrateRequest, context: Any) -> pb.MigrateReply:
-        mid = await self.call("migrate_job", request.job_id, request.strategy or None, request.target_node or None,
-                              request.override_reservation)
+        mid = await self.scheduler.migrate_job(request.job_id, request.strategy or None, request.target_node or None,
+                                               request.override_reservation)
         return pb.MigrateReply(migration_id=str(mid))
 
     @_guarded
     async def AbortMigration(self, request: pb.AbortMigrationRequest, context: Any) -> pb.AbortMigrationReply:
-        state = await self.call("abort_migration", request.migration_id, request.reason)
+        state = await self.scheduler.abort_migration(request.migration_id, request.reason)
         return pb.AbortMigrationReply(migration_id=request.migration_id, state_json=jsonable(state))
 
-    async def _read_events(self, since: int, kinds: list[str] | None) -> list:
+    async def _read_events(self, since: int, kinds: list[str] | None) -> list[FabricEvent]:
         if self.events_method == "events":
-            return list(await self.call("events", since, kinds, EVENT_BATCH))
-        return list(await self.call(self.events_method, since, kinds))
+            return list(await self.scheduler.events(since, kinds, EVENT_BATCH))
+        return list(await self.scheduler.job_events(since, kinds))
 
     async def WatchEvents(self, request: pb.WatchEventsRequest, context: Any) -> AsyncIterator[pb.Event]:
         since = int(request.since)
@@ -299,13 +304,13 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
 
 
 # -- the server ---------------------------------------------------------------------------------------------
-async def serve(call: Call, token: str, host: str = "127.0.0.1", port: int = 0, *,
-                events_method: str = "job_events", poll_s: float = 0.2) -> tuple[grpc.aio.Server, int]:
+async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1", port: int = 0, *,
+                events_method: EventsReader = "job_events", poll_s: float = 0.2) -> tuple[grpc.aio.Server, int]:
     """A started grpc.aio server with the servicer and the token check on ``host:port`` (0: a free
     port); the server and the port it bound. ``OSError`` when it cannot bind."""
     server = grpc.aio.server(interceptors=[TokenInterceptor(token)], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
-    pb_grpc.add_OperatorServicer_to_server(OperatorServicer(call, events_method=events_method, poll_s=poll_s), server)
+    pb_grpc.add_OperatorServicer_to_server(OperatorServicer(scheduler, events_method=events_method, poll_s=poll_s), server)
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
@@ -317,4 +322,4 @@ async def serve(call: Call, token: str, host: str = "127.0.0.1", port: int = 0, 
     return server, bound
 
 
-__all__ = ["API_VERSION", "Call", "OperatorServicer", "TokenInterceptor", "bearer_ok", "serve", "status_for"]
+__all__ = ["API_VERSION", "EventsReader", "OperatorServicer", "TokenInterceptor", "bearer_ok", "serve", "status_for"]

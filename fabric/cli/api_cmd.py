@@ -61,8 +61,9 @@ def _run(args: Any) -> int:
               "run fabric.up()", file=sys.stderr)
         return 1
 
-    def get(method: str) -> Any:
-        return ray.get(getattr(actor, method).remote(), timeout=30)
+    def get(what: str) -> Any:  # the operator actor's token() or address(), each called by its name
+        ref = actor.token.remote() if what == "token" else actor.address.remote()
+        return ray.get(ref, timeout=30)
 
     try:
         if args.what == "token":

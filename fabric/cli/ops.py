@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from fabric.cli.connect import connect
 from fabric.cli.node import add_width_flag, fit_lines, output_width
 from fabric.core import names
 from fabric.core.errors import FabricError
+from fabric.core.scheduler_api import SchedulerApi
+from fabric.rayio.scheduler_client import SchedulerClient
+
+CALL_TIMEOUT_S = 60.0
+"""How long a command waits for the scheduler's answer."""
+NODE_OPS: dict[str, Callable[[SchedulerApi, str], str]] = {
+    "cordon": lambda api, node: api.cordon(node),
+    "uncordon": lambda api, node: api.uncordon(node),
+}
+"""Each node command and the scheduler call it makes (answers the node's id)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -24,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
         p = subparsers.add_parser(command, help=helptext, description=helptext)
         p.add_argument("node", help="node name or Ray node id")
         p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
-        p.set_defaults(func=run_node_op, op=command)
+        p.set_defaults(func=run_node_op, op=command)  # the call it makes: NODE_OPS[command]
     e = subparsers.add_parser("explain", help="dry-run a placement against the live fleet and show why",
                               description="dry-run a placement against the live fleet and show why")
     e.add_argument("--min-tier", help="best tier the work asks for")
@@ -43,12 +53,15 @@ def add_parser(subparsers: Any) -> None:
     e.set_defaults(func=run_explain)
 
 
-def _scheduler(ray, command: str):
+def _scheduler(ray, command: str) -> SchedulerApi | None:
+    """The scheduler's methods (each answer waited for ``CALL_TIMEOUT_S``), or None (said on stderr)
+    when the fabric is not up."""
     try:
-        return ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+        handle = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
     except ValueError:
         print(f"fabric {command}: the fabric is not up on this cluster (no fabric.scheduler actor); run fabric.up()", file=sys.stderr)
         return None
+    return SchedulerClient(handle, lambda ref, _least: ray.get(ref, timeout=CALL_TIMEOUT_S))
 
 
 def _unwrap(exc: Exception) -> Exception:
@@ -64,7 +77,7 @@ def run_node_op(args) -> int:
     if sched is None:
         return 2
     try:
-        node_id = ray.get(getattr(sched, args.op).remote(args.node), timeout=60)
+        node_id = NODE_OPS[args.op](sched, args.node)
     except Exception as exc:
         err = _unwrap(exc)
         print(f"fabric {args.op}: {err}", file=sys.stderr)
@@ -97,7 +110,7 @@ def run_explain(args) -> int:
     sched = _scheduler(ray, "explain")
     if sched is None:
         return 2
-    out = ray.get(sched.explain.remote(req, None, args.verbose), timeout=60)
+    out = sched.explain(req, None, args.verbose)
     if args.json:
         print(json.dumps({"requirement": repr(req), **out}, indent=2, default=str))
     else:

@@ -71,6 +71,20 @@ class FakeScheduler:
         return answer() if callable(answer) else answer
 
 
+class ByName:
+    """The servicer's ``AsyncSchedulerApi`` over an async ``fake(method, *args)`` (a ``FakeScheduler``):
+    each method it calls is recorded by its name."""
+
+    def __init__(self, fake: Any) -> None:
+        self.fake = fake
+
+    def __getattr__(self, name: str) -> Any:
+        async def method(*args: Any) -> Any:
+            return await self.fake(name, *args)
+
+        return method
+
+
 def status(bundle_id: str = "b1") -> BundleStatus:
     return BundleStatus(bundle_id=bundle_id, state="live", replicas=1, jobs={"0/c": "b1-0-c"})
 
@@ -98,7 +112,7 @@ class Api:
 
 async def api(answers: dict | None = None) -> Api:
     fake = FakeScheduler(dict(ANSWERS if answers is None else answers))
-    server, port = await serve(fake, TOKEN, "127.0.0.1", 0, poll_s=0.01)
+    server, port = await serve(ByName(fake), TOKEN, "127.0.0.1", 0, poll_s=0.01)
     return Api(fake, server, port)
 
 
@@ -220,7 +234,7 @@ def test_watch_events_streams_the_log_from_since_in_order_and_filters_kinds() ->
 def test_watch_events_uses_the_events_reader_with_a_limit_when_told() -> None:
     async def go() -> None:
         fake = FakeScheduler({"events": [{"seq": 1, "kind": "node_joined", "at": 1.0, "data": {}}]})
-        server, port = await serve(fake, TOKEN, "127.0.0.1", 0, events_method="events", poll_s=0.01)
+        server, port = await serve(ByName(fake), TOKEN, "127.0.0.1", 0, events_method="events", poll_s=0.01)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             call = pb_grpc.OperatorStub(ch).WatchEvents(pb.WatchEventsRequest(kinds=["node_joined"]), metadata=GOOD)
             async for ev in call:
@@ -358,15 +372,15 @@ def test_bearer_ok_compares_the_whole_token() -> None:
 def test_a_servicer_without_the_interceptor_is_never_what_serve_builds() -> None:
     async def go() -> None:
         fake = FakeScheduler(dict(ANSWERS))
-        server, port = await serve(fake, TOKEN, "127.0.0.1", 0)
+        server, port = await serve(ByName(fake), TOKEN, "127.0.0.1", 0)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await pb_grpc.OperatorStub(ch).ListNodes(pb.ListNodesRequest())
         await server.stop(None)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED and fake.calls == []
         with pytest.raises(ValueError):
-            await serve(fake, "short", "127.0.0.1", 0)
-        assert isinstance(OperatorServicer(fake), pb_grpc.OperatorServicer)
+            await serve(ByName(fake), "short", "127.0.0.1", 0)
+        assert isinstance(OperatorServicer(ByName(fake)), pb_grpc.OperatorServicer)
 
     run(go())
 

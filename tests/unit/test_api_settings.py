@@ -53,6 +53,7 @@ def test_the_token_file_is_made_once_0600_and_kept(tmp_path) -> None:
 
 def test_the_actor_refuses_a_remote_bind_even_past_the_settings(tmp_path) -> None:
     from actors.operator import Operator, start_servers
+    from test_api_server import ByName
 
     sneaky = ApiSettings.model_construct(host="0.0.0.0", allow_remote=False, port=0, http_port=0, enabled=True)
 
@@ -60,9 +61,9 @@ def test_the_actor_refuses_a_remote_bind_even_past_the_settings(tmp_path) -> Non
         raise AssertionError(method)
 
     with pytest.raises(SettingsError) as caught:
-        asyncio.run(start_servers(call, sneaky, "t" * 43))
+        asyncio.run(start_servers(ByName(call), sneaky, "t" * 43))
     assert [p.path for p in caught.value.problems] == ["api.host"]
-    op = Operator(None, call=call, store_path=str(tmp_path / "fabric.db"))
+    op = Operator(None, scheduler=ByName(call), store_path=str(tmp_path / "fabric.db"))
     try:
         addr = op.address()
         assert addr["grpc"].startswith("127.0.0.1:") and not addr["grpc"].endswith(":0")
