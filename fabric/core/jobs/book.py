@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from fabric.core.errors import InvalidSpecError, JobNotFoundError
+from fabric.core.jobs.bundles import Bundle
 from fabric.core.jobs.restarts import Restart, ceiling, restarts_last_hour, verdict
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.jobs.states import JOB_LIFECYCLE, LIVE_STATES, JobState
-from fabric.core.placement import Peer, PlacementContext
-from fabric.core.settings import template_artifacts
+from fabric.core.placement import Peer, PlacementContext, Requirement
+from fabric.core.settings import FabricSettings, FailurePolicySettings, template_artifacts
 
 HISTORY = 50
 """State changes kept per job (its ``history``)."""
@@ -55,7 +56,7 @@ class JobRecord:
     state: JobState = JobState.PENDING
     binding: Binding | None = None
     restarts: list[Restart] = field(default_factory=list)
-    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    history: deque[tuple[float, str, str]] = field(default_factory=lambda: deque(maxlen=HISTORY))
     """``(at, state, reason)`` per change, newest last."""
     not_before: float = 0.0
     """The next placement attempt waits until then."""
@@ -78,8 +79,8 @@ class JobRecord:
 @dataclass
 class BundleRecord:
     bundle_id: str
-    bundle: Any
-    """The ``fabric.core.jobs.bundles.Bundle`` (its rules build each job's context)."""
+    bundle: Bundle
+    """Its rules build each job's context."""
     state: str = "live"
     reasons: list[str] = field(default_factory=list)
     jobs: dict[tuple[int, str], str] = field(default_factory=dict)
@@ -93,7 +94,7 @@ class PlaceJob:
     before: a job placed earlier in the same pass is then a placed peer (co-location, separation)."""
 
     job_id: str
-    requirement: Any
+    requirement: Requirement
     context: PlacementContext | None = None
 
 
@@ -119,7 +120,7 @@ class ReleaseSlot:
 class JobEvent:
     kind: str
     """``job_state``, ``job_dropped``, ``job_rejected``, ``bundle_broken``, ``resilience_degraded``, ``placement_failed``."""
-    data: dict
+    data: dict[str, object]
 
 
 Instruction = PlaceJob | StartInstance | StopInstance | ReleaseSlot | JobEvent
@@ -130,7 +131,7 @@ Where = Callable[[str], tuple[str | None, str | None] | None]
 class JobBook:
     """Every job and bundle, and what to do next (see the module docstring)."""
 
-    def __init__(self, failure_settings: Any, settings: Any = None) -> None:
+    def __init__(self, failure_settings: FailurePolicySettings, settings: FabricSettings | None = None) -> None:
         self.failure = failure_settings
         self.settings = settings
         """The ``FabricSettings`` whose ``templates`` give a job's ``template_images`` (None: none listed)."""
@@ -180,7 +181,7 @@ class JobBook:
             self.bundles[bundle_id].jobs[(replica, spec.name)] = job_id
         return []
 
-    def add_bundle(self, bundle_id: str, bundle: Any) -> BundleRecord:
+    def add_bundle(self, bundle_id: str, bundle: Bundle) -> BundleRecord:
         rec = self.bundles.get(bundle_id)
         if rec is None:
             rec = self.bundles[bundle_id] = BundleRecord(bundle_id, bundle)
@@ -478,4 +479,5 @@ class JobStatus:
 def summarize(rec: JobRecord, now: float) -> JobStatus:
     """The ``JobStatus`` of one record."""
     return JobStatus(rec.job_id, rec.spec.name, rec.state, rec.bundle_id, rec.replica, rec.binding,
-                     rec.restarts_last_hour(now), rec.reason, tuple(tuple(h) for h in rec.history))
+                     rec.restarts_last_hour(now), rec.reason,
+                     tuple((at, state, reason) for at, state, reason in rec.history))
