@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Iterable, Literal, Mapping
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt, ValidatorFunctionWrapHandler,
+    field_validator, model_validator,
+)
 
 from fabric.core.errors import InvalidSpecError, RequirementError
 from fabric.core.jobs.spec import MAX_HOURLY_RESTARTS, MAX_NAME, MAX_RULES, JobSpec
@@ -38,6 +41,8 @@ MAX_JOBS = 64
 MAX_POOL_NAME = 256
 
 AllowForbid = Literal["allow", "forbid"]
+PeerTuple = tuple[str, str] | tuple[str, str, str | None]
+"""A placed peer as ``(job, node_id[, zone])`` (``Bundle.context`` also takes ``Peer``s)."""
 
 
 def _printable(value: str) -> str:
@@ -84,7 +89,7 @@ class BundleJob(_Model):
     """Unique within the bundle; rules and ``start_bundle_job`` refer to it."""
     cls: Any = None
     """The class to run (pickled beside the spec; the scheduler never imports it)."""
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     """Constructor positional arguments."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Constructor keyword arguments."""
@@ -121,7 +126,7 @@ class BundleJob(_Model):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _keep_requirement_keys(cls, data: Any, handler: Callable) -> "BundleJob":
+    def _keep_requirement_keys(cls, data: object, handler: ValidatorFunctionWrapHandler) -> "BundleJob":
         given: frozenset[str] | None = frozenset()
         if isinstance(data, Mapping) and "requirement" in data:
             req = data["requirement"]
@@ -137,7 +142,7 @@ class BundleJob(_Model):
                 given = frozenset(k for k in req if isinstance(k, str))
             elif isinstance(req, Requirement):
                 given = None
-        job = handler(data)
+        job: BundleJob = handler(data)
         if isinstance(data, Mapping):
             if given is None and job.operation is not None:
                 raise ValueError("operation: a preset takes its overrides as a requirement dict, not a Requirement")
@@ -146,7 +151,7 @@ class BundleJob(_Model):
 
     @field_validator("requirement", mode="before")
     @classmethod
-    def _build_requirement(cls, value: Any) -> Requirement:
+    def _build_requirement(cls, value: object) -> Requirement:
         if isinstance(value, Requirement):
             return value
         if not isinstance(value, Mapping):
@@ -209,7 +214,10 @@ class BundleJob(_Model):
             raise InvalidSpecError(f"job {self.name!r}: {e.message}", field=e.field) from e
 
 
-def _first(value: Any, default: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _first(value: _T | None, default: _T) -> _T:
     return default if value is None else value
 
 
@@ -221,8 +229,8 @@ class ReplicaJob:
     name: str
     spec: JobSpec
     cls: Any
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor keyword arguments (the backup's ``backup_overrides`` merged in)."""
 
     @property
@@ -357,7 +365,7 @@ class Bundle(_Model):
 
     def context(
         self, replica: int, job: str, *,
-        peers: Iterable[Peer | tuple] = (),
+        peers: Iterable[Peer | PeerTuple] = (),
         other_node: str | None = None,
         other_zone: str | None = None,
         other_cloud: str | None = None,
@@ -408,7 +416,7 @@ class Bundle(_Model):
             override_reservation=self.override_reservation, template=template,
         )
 
-    def _peer(self, p: Peer | tuple) -> Peer:
+    def _peer(self, p: Peer | PeerTuple) -> Peer:
         if isinstance(p, Peer):
             job, node_id, zone = p.job, p.node_id, p.zone
         elif isinstance(p, tuple) and len(p) in (2, 3):
@@ -435,5 +443,5 @@ class BundleStatus(_Model):
 
     @field_validator("state", mode="before")
     @classmethod
-    def _state_value(cls, v: Any) -> Any:
+    def _state_value(cls, v: object) -> object:
         return getattr(v, "value", v)  # a BundleState member is accepted as its value
