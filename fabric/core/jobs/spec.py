@@ -24,13 +24,13 @@ MAX_HOURLY_RESTARTS = 10_000
 MAX_SECONDS = 86_400.0
 
 
-def _name(field_name: str, value: Any) -> str:
+def _name(field_name: str, value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_NAME or not value.isprintable():
         raise RequirementError(field_name, f"must be a non-empty printable string of at most {MAX_NAME} characters", value)
     return value
 
 
-def _seconds(field_name: str, value: Any, *, allow_none: bool = False) -> Any:
+def _seconds(field_name: str, value: object, *, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
@@ -38,7 +38,7 @@ def _seconds(field_name: str, value: Any, *, allow_none: bool = False) -> Any:
     return float(value)
 
 
-def _names(field_name: str, value: Any) -> tuple[str, ...]:
+def _names(field_name: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)) or len(value) > MAX_RULES:
         raise RequirementError(field_name, f"must be a list of at most {MAX_RULES} job names", value)
     return tuple(_name(f"{field_name}[{i}]", v) for i, v in enumerate(value))

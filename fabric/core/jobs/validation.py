@@ -23,14 +23,14 @@ settings' (``jobs.1.name``, ``resilience.pool``, ``jobs.0.requirement.capabiliti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterator, Literal
 
 from fabric.core.capabilities import ROLES, GpuVendor
 from fabric.core.errors import InvalidSpecError, RequirementError
 from fabric.core.jobs.bundles import Bundle, BundleJob, _no_defaults
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.placement import Decision, FleetView, Peer, PlacementContext, Requirement, dry_run, place
+from fabric.core.placement import Decision, FleetView, NodeRecord, Peer, PlacementContext, Requirement, dry_run, place
 from fabric.core.placement.filters import provision_shape
 from fabric.core.settings import FabricSettings
 from fabric.core.tiers import ComputeTier
@@ -112,7 +112,8 @@ def _pool_problem(name: str, settings: FabricSettings) -> str | None:
     return None
 
 
-def _check_pools(bundle: Bundle, settings: FabricSettings, errors: list, warnings: list) -> None:
+def _check_pools(bundle: Bundle, settings: FabricSettings, errors: list[ValidationIssue],
+                 warnings: list[ValidationIssue]) -> None:
     problem = _pool_problem(bundle.pool, settings)
     if problem:
         errors.append(ValidationIssue("unknown_pool", "pool", problem))
@@ -135,7 +136,7 @@ def _check_pools(bundle: Bundle, settings: FabricSettings, errors: list, warning
                 f"a bundle places its primary in its own pool {bundle.pool!r}: the job's pool {pool!r} is ignored"))
 
 
-def _check_names(bundle: Bundle, errors: list) -> None:
+def _check_names(bundle: Bundle, errors: list[ValidationIssue]) -> None:
     seen: dict[str, int] = {}
     for i, j in enumerate(bundle.jobs):
         if j.name in seen:
@@ -145,7 +146,7 @@ def _check_names(bundle: Bundle, errors: list) -> None:
             seen[j.name] = i
 
 
-def _check_rules(bundle: Bundle, reqs: dict[int, Requirement], errors: list) -> None:
+def _check_rules(bundle: Bundle, reqs: dict[int, Requirement], errors: list[ValidationIssue]) -> None:
     """``reqs``: the resolved requirements (a job whose requirement did not resolve is read as given)."""
     names = set(bundle.job_names)
     for i, j in enumerate(bundle.jobs):
@@ -206,7 +207,7 @@ def known_capability(tag: str, settings: FabricSettings) -> bool:
 
 
 def _check_requirements(bundle: Bundle, settings: FabricSettings, defaults_for: DefaultsFor,
-                        errors: list) -> dict[int, Requirement]:
+                        errors: list[ValidationIssue]) -> dict[int, Requirement]:
     """The resolved requirement of each job the settings can satisfy, by job index."""
     out: dict[int, Requirement] = {}
     for i, j in enumerate(bundle.jobs):
@@ -230,7 +231,7 @@ def _check_requirements(bundle: Bundle, settings: FabricSettings, defaults_for: 
     return out
 
 
-def _idle(rec) -> Any:
+def _idle(rec: NodeRecord) -> NodeRecord:
     """The node as it could serve once idle and in service (what "ever" means for ``no_node_fits``)."""
     return rec.evolve(status=NodeStatus.ACTIVE, utilization=0.0, running=0, cordoned=False, flap_held=False,
                       unhealthy=False, reserved_cpus=0.0, reserved_memory_mib=0.0, gpu_reserved=(), ports=frozenset(),
@@ -238,7 +239,7 @@ def _idle(rec) -> Any:
 
 
 def _check_fleet(bundle: Bundle, settings: FabricSettings, fleet: FleetView, reqs: dict[int, Requirement],
-                 warnings: list) -> None:
+                 warnings: list[ValidationIssue]) -> None:
     pools = []
     for r in range(bundle.replica_count):
         pool = bundle.replica_pool(r)
@@ -279,7 +280,7 @@ def validate_bundle_admission(bundle: Bundle, settings: FabricSettings, fleet: F
     if report.errors:
         return Admission("validation_errors", errors=report.errors)
     work = fleet.copy()
-    missing = []
+    missing: list[Unplaceable] = []
     for replica, name, d in _place_replicas(bundle, settings, work, defaults_for):
         if d.status == "deferred":
             missing.append(Unplaceable(replica, name, d.reason))
@@ -304,7 +305,7 @@ def place_dry_run(bundle: Bundle, settings: FabricSettings, fleet: FleetView, re
 
 
 def _place_replicas(bundle: Bundle, settings: FabricSettings, work: FleetView, defaults_for: DefaultsFor,
-                    stop_at: "tuple[int, str] | None" = None):
+                    stop_at: tuple[int, str] | None = None) -> Iterator[tuple[int, str, Decision]]:
     """Yield ``(replica, job, decision)`` placing each replica's jobs in order on ``work``,
     committing as it goes; the ``stop_at`` job is decided with a trace and not committed."""
     placed: dict[tuple[int, str], str] = {}
