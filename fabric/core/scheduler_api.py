@@ -30,9 +30,10 @@ from fabric.core.settings import NodeShape
 __all__ = ["AsyncSchedulerApi", "ExplainAnswer", "FabricEvent", "JobInstance", "ProvisionedInfo", "SchedulerApi",
            "IN_PROCESS_ONLY"]
 
-IN_PROCESS_ONLY = frozenset({"ray_adapter"})
-"""Public methods of the scheduler class that are not part of its remote surface: the job
-runner's drains call them on the scheduler object in the same process."""
+IN_PROCESS_ONLY = frozenset({"ray_adapter", "handle_stimulus", "answered"})
+"""Public methods of the scheduler class that are not part of its remote surface: its in-process
+collaborators (the job runner, drains, sagas, the provisioner) call them on the scheduler object
+itself. A new public method of the actor belongs either in ``SchedulerApi`` or here."""
 
 
 class FabricEvent(TypedDict):
