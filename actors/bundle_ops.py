@@ -53,7 +53,7 @@ def load_bundle(blob: Any) -> Bundle:
 
 class BundleOps:
     """The bundle half of ``actors.jobs.JobRunner`` (it provides ``book``, ``scheduler``, ``clock``,
-    ``submit``, ``persist`` and ``_apply``)."""
+    ``submit``, ``persist`` and ``apply``)."""
 
     book: Any
     scheduler: Any
@@ -94,7 +94,7 @@ class BundleOps:
             self._add_job(b, rj)
         self.persist()
         self.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": True})
-        self._apply(self.book.due(self.clock(), self._where))
+        self.apply(self.book.due(self.clock(), self.where))
         return self.bundle_status(b.bundle_id)
 
     def _add_job(self, b: Bundle, rj: Any) -> str:
@@ -134,9 +134,9 @@ class BundleOps:
         for rj in wanted.values():
             self._add_job(b, rj)
         self.book.dirty_bundles.add(b.bundle_id)
-        self._apply(out)
+        self.apply(out)
         self.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": False})
-        self._apply(self.book.due(now, self._where))
+        self.apply(self.book.due(now, self.where))
         return self.bundle_status(b.bundle_id)
 
     def delete_bundle(self, bundle_id: str) -> BundleStatus:
@@ -148,7 +148,7 @@ class BundleOps:
         for job_id in rec.jobs.values():
             if job_id in self.book.jobs:
                 out += self.book.stop(job_id, now, reason="bundle deleted")
-        self._apply(out)
+        self.apply(out)
         status = self.bundle_status(bundle_id)
         self.reap_deleted()
         return status
@@ -177,7 +177,7 @@ class BundleOps:
         self.book.dirty.add(job_id)
         self.persist()
         if not dormant:
-            self._apply(self.book.due(self.clock(), self._where))
+            self.apply(self.book.due(self.clock(), self.where))
         return j.state.value
 
     # -- reads -------------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ class DrainRunner:
             if d.phase is NodeDrainPhase.DRAINING:
                 self.asks[d.node_id] = d.ray_ask()
             else:
-                self.scheduler._handle(DrainRequested(d.node_id, max(0.0, d.deadline - now)))
+                self.scheduler.handle_stimulus(DrainRequested(d.node_id, max(0.0, d.deadline - now)))
             for job_id in d.remaining():
                 entry = d.job(job_id)
                 if entry.status is JobDrainStatus.MIGRATING and (
@@ -157,7 +157,7 @@ class DrainRunner:
                                                                                JobState.MIGRATING)]
         d = self.drains.start(node_id, ids, now, timeout_s=timeout, force=force, strategy=strategy,
                               interruption=interruption, interruption_deadline=deadline)
-        await self.scheduler._answered(DrainRequested(node_id, timeout))  # cordon; running tasks finish
+        await self.scheduler.answered(DrainRequested(node_id, timeout))  # cordon; running tasks finish
         for job_id in ids:
             self._move(d, job_id)
         d.started_all(now)
@@ -178,13 +178,13 @@ class DrainRunner:
 
     def evict(self, node_id: str) -> list[str]:
         """Stop the node's jobs now (cordoned first); each recovers by its policy."""
-        self.scheduler._handle(Cordoned(node_id))
+        self.scheduler.handle_stimulus(Cordoned(node_id))
         stopped = []
         for rec in self.jobs.book.on_node(node_id):
             self._stop_on_node(rec.job_id, node_id, reason=f"evicted from {node_id[:12]}")
             stopped.append(rec.job_id)
         self.jobs.persist()
-        self.jobs._soon()
+        self.jobs.soon()
         return stopped
 
     def withdraw(self, node_id: str) -> DrainState | None:
@@ -226,7 +226,7 @@ class DrainRunner:
                 for job_id in action.job_ids:
                     self._stop_on_node(job_id, action.node_id, reason=f"still on {action.node_id[:12]} at the drain's timeout")
                 self.jobs.persist()
-                self.jobs._soon()
+                self.jobs.soon()
             elif isinstance(action, AskRayToDrain) and not self.settings.drain.ask_ray and action.reason != "PREEMPTION":
                 d = self.drains.get(action.node_id)
                 if d is not None:  # the operator keeps drains reversible: Ray is not asked
@@ -360,7 +360,7 @@ class DrainRunner:
         for job_id in choose(candidates, in_flight=len(self.rebalancing), now=now, settings=rs):
             rec = book.jobs[job_id]
             assert rec.binding is not None
-            ctx = replace(book.context(rec, self.jobs._where, exclude=[rec.binding.node_id]), recovering=False,
+            ctx = replace(book.context(rec, self.jobs.where, exclude=[rec.binding.node_id]), recovering=False,
                           launch_policy="allow_spare")
             try:
                 d = dry_run(core.fleet, core.check_requirement(rec.spec.requirement), ctx)

@@ -71,7 +71,7 @@ class JobRunner(BundleOps):
         self._new_events: list[tuple[int, bytes]] = []
         self.resumed = False
         self.counters: collections.Counter = collections.Counter()
-        self._gpus: dict[str, float] = {}
+        self.gpus: dict[str, float] = {}
         """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
         self.moves = MigrationRunner(self)
         self.drains = DrainRunner(scheduler, self)
@@ -103,7 +103,7 @@ class JobRunner(BundleOps):
         self.moves.load(self.store)
         self.drains.load(self.store)
 
-    def _payload(self, job_id: str) -> tuple[bytes, bytes] | None:
+    def payload_of(self, job_id: str) -> tuple[bytes, bytes] | None:
         p = self.payloads.get(job_id)
         if p is None:
             raw = self.store.payload(job_id)
@@ -144,9 +144,9 @@ class JobRunner(BundleOps):
             elif isinstance(ins, StartInstance):
                 self._start(ins)
             elif isinstance(ins, StopInstance):
-                self._spawn(self._stop(ins), ins.binding.instance_key + ":stop")
+                self.spawn(self._stop(ins), ins.binding.instance_key + ":stop")
             elif isinstance(ins, ReleaseSlot):
-                self.scheduler._handle(SlotsReleased((ins.allocation_id,)))
+                self.scheduler.handle_stimulus(SlotsReleased((ins.allocation_id,)))
             elif isinstance(ins, JobEvent):
                 self.emit(ins.kind, ins.data)
 
@@ -155,12 +155,12 @@ class JobRunner(BundleOps):
         rec = self.book.jobs.get(ins.job_id)
         if rec is None:
             return []
-        ctx = ins.context if ins.context is not None else self.book.context(rec, self._where)
+        ctx = ins.context if ins.context is not None else self.book.context(rec, self.where)
         got = self.engine_place(rec, ins.requirement, ctx, {"recovering": rec.recovering})
         if isinstance(got, str):
             return self.book.unplaced(ins.job_id, got, now)
         a, key = got
-        return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self._where)
+        return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self.where)
 
     def engine_place(self, rec: JobRecord, req: Any, ctx: Any, event: dict) -> tuple[Any, str] | str:
         """Place one instance of ``rec``'s job through the scheduler's core (carrying out what the
@@ -179,13 +179,13 @@ class JobRunner(BundleOps):
         if a is None or a.status != "assigned":
             return getattr(a, "reason", "no capacity") or "no capacity"
         key = instance_key(rec.replica, uuid.uuid4().hex[:8])
-        self._gpus[key] = a.ray_gpus
+        self.gpus[key] = a.ray_gpus
         self.emit("placement_decision", {"job_id": rec.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
                                          "node_id": a.node_id, "node": a.node_name, "tier": str(a.tier),
                                          "fallback_levels": a.fallback_levels, "reason": a.reason, **event})
         return a, key
 
-    def _where(self, node_id: str) -> tuple[str | None, str | None] | None:
+    def where(self, node_id: str) -> tuple[str | None, str | None] | None:
         rec = self.scheduler.core.fleet.get(node_id)
         return None if rec is None else (rec.zone, rec.cloud)
 
@@ -203,13 +203,13 @@ class JobRunner(BundleOps):
 
     def _start(self, ins: StartInstance) -> None:
         rec = self.book.jobs.get(ins.job_id)
-        payload = self._payload(ins.job_id)
+        payload = self.payload_of(ins.job_id)
         b = ins.binding
         if rec is None or payload is None:
             self.carry_out(self.book.died(ins.job_id, b.instance_key, self.clock(), reason="nothing to start it from",
                                           invalid_spec="the job's class and arguments are not in the store"))
             return
-        self._spawn(self._launch(ins.job_id, b, payload, rec.spec.requirement, self._gpus.pop(b.instance_key, 0.0)),
+        self.spawn(self._launch(ins.job_id, b, payload, rec.spec.requirement, self.gpus.pop(b.instance_key, 0.0)),
                     b.instance_key)
 
     async def _launch(self, job_id: str, b: Any, payload: tuple[bytes, bytes], req: Any, gpus: float) -> None:
@@ -221,7 +221,7 @@ class JobRunner(BundleOps):
                 self.launcher.start, job_id, b.instance_key, b.node_id, payload[0], payload[1], req, gpus))
         except Exception as exc:  # the class cannot be loaded here, or Ray refused the options
             self.counters["dispatch_failed"] += 1  # placed, but no instance could be created
-            self._apply(self.book.died(job_id, b.instance_key, self.clock(),
+            self.apply(self.book.died(job_id, b.instance_key, self.clock(),
                                        invalid_spec=f"cannot start: {type(exc).__name__}: {exc}"))
             return
         rec = self.book.jobs.get(job_id)
@@ -229,9 +229,9 @@ class JobRunner(BundleOps):
             self.launcher.kill(handle)  # stopped, or placed again, while it was being created
             return
         self.handles[b.instance_key] = handle
-        await self._watch(job_id, b.instance_key, handle, starting=True)
+        await self.watch(job_id, b.instance_key, handle, starting=True)
 
-    def _spawn(self, coro: Any, key: str) -> None:
+    def spawn(self, coro: Any, key: str) -> None:
         task = asyncio.get_event_loop().create_task(coro)
         if not key.endswith(":stop"):
             old = self.watches.pop(key, None)
@@ -247,7 +247,7 @@ class JobRunner(BundleOps):
             exc = task.exception()
             print(f"[fabric.jobs] {key}: {type(exc).__name__}: {exc}")
 
-    async def _watch(self, job_id: str, key: str, handle: Any, starting: bool) -> None:
+    async def watch(self, job_id: str, key: str, handle: Any, starting: bool) -> None:
         """Watch one instance until it ends; tell the book what happened."""
         if starting:
             try:
@@ -264,10 +264,10 @@ class JobRunner(BundleOps):
                 kind, message = err
                 self.launcher.kill(handle)
                 return self._died(job_id, key, False, message, invalid=message if kind == "invalid_spec" else None)
-            self._apply(self.book.started(job_id, key, self.clock()))
+            self.apply(self.book.started(job_id, key, self.clock()))
         rec = self.book.jobs.get(job_id)
         spec = rec.spec if rec is not None else JobSpec("job")
-        payload = self._payload(job_id)
+        payload = self.payload_of(job_id)
         has_health = payload is not None and self.launcher.has_health(payload[0])
         failures = 0
         while True:
@@ -300,10 +300,10 @@ class JobRunner(BundleOps):
         rec = self.book.jobs.get(job_id)
         if rec is not None and rec.binding is not None and rec.binding.node_id in self.preempting:
             preempted = True
-        self._apply(self.book.died(job_id, key, self.clock(), reason=reason, preempted=preempted, invalid_spec=invalid))
-        self._soon()
+        self.apply(self.book.died(job_id, key, self.clock(), reason=reason, preempted=preempted, invalid_spec=invalid))
+        self.soon()
 
-    def _soon(self) -> None:
+    def soon(self) -> None:
         """Place what is due right after this step, not at the next tick (a recovery waits for
         nothing but its own ``not_before``)."""
         try:
@@ -324,7 +324,7 @@ class JobRunner(BundleOps):
         # sees the end and finds the book has moved on
         self._died(ins.job_id, ins.binding.instance_key, False, "stopped")
 
-    def _apply(self, instructions: list[Instruction]) -> None:
+    def apply(self, instructions: list[Instruction]) -> None:
         self.carry_out(instructions)
         self.persist()
 
@@ -374,7 +374,7 @@ class JobRunner(BundleOps):
             self.resume()
         self.moves.tick()
         self.drains.step()
-        self._apply(self.book.due(self.clock(), self._where))
+        self.apply(self.book.due(self.clock(), self.where))
         self.reap_deleted()
 
     def resume(self) -> None:
@@ -401,9 +401,9 @@ class JobRunner(BundleOps):
                 continue
             self.reserve_again(rec)
             self.handles[b.instance_key] = handle
-            self._spawn(self._watch(rec.job_id, b.instance_key, handle, starting=rec.state == JobState.STARTING),
+            self.spawn(self.watch(rec.job_id, b.instance_key, handle, starting=rec.state == JobState.STARTING),
                         b.instance_key)
-        self._apply(out)
+        self.apply(out)
         self.drains.resume()
         self.persist()
 
@@ -433,7 +433,7 @@ class JobRunner(BundleOps):
         """A live instance found after a restart holds its slot again in the core (pinned)."""
         b = rec.binding
         assert b is not None
-        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self._where, target_node=b.node_id))
+        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self.where, target_node=b.node_id))
         try:
             a = reply(self.scheduler.core.handle(s), s.stimulus_id)
         except Exception:
@@ -443,11 +443,11 @@ class JobRunner(BundleOps):
 
     def node_lost(self, node_id: str) -> None:
         owned = self.moves.node_lost(node_id)
-        self._apply(self.book.node_lost(node_id, self.clock(), skip=owned, preempted=node_id in self.preempting))
+        self.apply(self.book.node_lost(node_id, self.clock(), skip=owned, preempted=node_id in self.preempting))
         self.preempting.discard(node_id)
         self.drains.node_lost(node_id)
         self.persist()
-        self._soon()
+        self.soon()
 
     def waiting_by_pool(self, default_pool: str) -> dict[str, int]:
         """Jobs waiting to be placed (pending or recovering, not dormant), per pool."""
@@ -462,7 +462,7 @@ class JobRunner(BundleOps):
         """New capacity: jobs waiting for a node are placed right after this step."""
         self.drains.capacity_joined()
         if self.book.capacity_joined(self.clock()):
-            self._soon()
+            self.soon()
 
     # -- requests -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,
@@ -483,19 +483,19 @@ class JobRunner(BundleOps):
         self.book.add(job_id, spec, self.clock(), bundle_id=bundle_id, replica=replica, dormant=dormant)
         self.persist({job_id: (cls_blob, args_blob)})
         if self.resumed and place:  # placed right after this answer, not before it: a submit is quick
-            self._soon()
+            self.soon()
         return job_id
 
     def _place_due(self) -> None:
         if not self.resumed:
             return
         try:
-            self._apply(self.book.due(self.clock(), self._where))
+            self.apply(self.book.due(self.clock(), self.where))
         except Exception as exc:  # the next tick tries again
             print(f"[fabric.jobs] placing failed: {type(exc).__name__}: {exc}")
 
     def stop(self, job_id: str) -> str:
-        self._apply(self.book.stop(job_id, self.clock()))
+        self.apply(self.book.stop(job_id, self.clock()))
         return self.book.job(job_id).state.value
 
     def status(self, job_id: str) -> JobStatus:

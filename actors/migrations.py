@@ -132,11 +132,11 @@ class MigrationRunner:
         return m.state()
 
     def can_hand_over(self, job_id: str) -> bool:
-        payload = self.runner._payload(job_id)
+        payload = self.runner.payload_of(job_id)
         if payload is None:
             return False
         try:
-            cls = self.runner.launcher._loaded(payload[0])[0]
+            cls = self.runner.launcher.loaded(payload[0])[0]
         except Exception:
             return False
         return all(callable(getattr(cls, h, None)) for h in HANDOVER_HOOKS)
@@ -236,10 +236,10 @@ class MigrationRunner:
                 r.carry_out(r.book.migration_rolled_back(ins.job_id, r.clock(), ins.reason))
             elif isinstance(ins, Orphaned):
                 if ins.allocation_id is not None:
-                    r.scheduler._handle(SlotsReleased((ins.allocation_id,)))
+                    r.scheduler.handle_stimulus(SlotsReleased((ins.allocation_id,)))
                 self.ignored.discard(ins.source_key)
                 r.carry_out(r.book.died(ins.job_id, ins.source_key, r.clock(), reason=f"migration lost: {ins.reason}"))
-                r._soon()
+                r.soon()
         if m.terminal and m.migration_id in self.book.active:
             if len(self.book.finished) == self.book.finished.maxlen:  # the oldest kept leaves the store too
                 self._stale.append(self.book.finished[0].migration_id)
@@ -255,7 +255,7 @@ class MigrationRunner:
         rec = r.book.jobs.get(m.job_id)
         if rec is None:
             return m.target_unplaced("the job is gone", now)
-        ctx = r.book.context(rec, r._where, target_node=ins.target_node, exclude=[ins.source_node])
+        ctx = r.book.context(rec, r.where, target_node=ins.target_node, exclude=[ins.source_node])
         ctx = replace(ctx, recovering=False, on_runtime_failure="avoid_spare", launch_policy="allow_spare",
                       override_reservation=ctx.override_reservation or ins.override_reservation)
         got = r.engine_place(rec, rec.spec.requirement, ctx, {"migration_id": m.migration_id})
@@ -281,14 +281,14 @@ class MigrationRunner:
     async def _create(self, m: Migration, ins: CreateTarget) -> None:
         r = self.runner
         rec = r.book.jobs.get(m.job_id)
-        payload = r._payload(m.job_id)
+        payload = r.payload_of(m.job_id)
         if rec is None or payload is None:
             return self.carry_out(m, m.target_failed("nothing to start it from", r.clock()))
         loop = asyncio.get_event_loop()
         try:
             handle = await loop.run_in_executor(None, functools.partial(
                 r.launcher.start, m.job_id, ins.instance_key, ins.node_id, payload[0], payload[1], rec.spec.requirement,
-                r._gpus.pop(ins.instance_key, 0.0), deferred=ins.deferred, handover_target=ins.handover))
+                r.gpus.pop(ins.instance_key, 0.0), deferred=ins.deferred, handover_target=ins.handover))
         except Exception as exc:
             return self.carry_out(m, m.target_failed(f"cannot start: {type(exc).__name__}: {exc}", r.clock()))
         if m.terminal:  # rolled back while it was being created
@@ -390,7 +390,7 @@ class MigrationRunner:
     def _stop_target(self, m: Migration, ins: StopTarget) -> None:
         r = self.runner
         if ins.allocation_id is not None:
-            r.scheduler._handle(SlotsReleased((ins.allocation_id,)))
+            r.scheduler.handle_stimulus(SlotsReleased((ins.allocation_id,)))
         handle = self.targets.pop(m.migration_id, None)
         if ins.instance_key is not None:
             self.ignored.add(ins.instance_key)
@@ -412,7 +412,7 @@ class MigrationRunner:
             if m.phase is MigrationPhase.LOST and m.strategy is MigrationStrategy.HANDOVER:
                 handle.__fabric_resume__.remote(self.refs.get(m.migration_id))  # it must not hold its output forever
             r.handles[ins.instance_key] = handle
-            r._spawn(r._watch(ins.job_id, ins.instance_key, handle, starting=False), ins.instance_key)
+            r.spawn(r.watch(ins.job_id, ins.instance_key, handle, starting=False), ins.instance_key)
 
     # -- after a restart --------------------------------------------------------------------------------
     def resume(self) -> set[str]:
@@ -463,7 +463,7 @@ class MigrationRunner:
         rec = r.book.jobs.get(m.job_id)
         if rec is None or m.target_node is None:
             return None
-        s = PlaceRequested(rec.spec.requirement, r.book.context(rec, r._where, target_node=m.target_node))
+        s = PlaceRequested(rec.spec.requirement, r.book.context(rec, r.where, target_node=m.target_node))
         try:
             a = reply(r.scheduler.core.handle(s), s.stimulus_id)
         except Exception:

@@ -64,7 +64,7 @@ class ProvisionerHost(Protocol):
         """The fleet feed; one with an ``adapter`` (the Ray seam) finds the health actor."""
         ...
 
-    def _handle(self, stimulus: Stimulus) -> object:
+    def handle_stimulus(self, stimulus: Stimulus) -> object:
         """Hand the core a stimulus (``ProvisionStarted`` / ``ProvisionFailed``) and carry out its answer."""
         ...
 
@@ -174,10 +174,10 @@ class Provisioner:
         except Exception as exc:
             self._note("provision_failed", provision_id=ins.provision_id, provider=ins.provider, pool=ins.pool,
                        pool_tier=ins.pool_tier, shape=ins.shape.name, error=f"{type(exc).__name__}: {exc}")
-            self.host._handle(ProvisionFailed(ins.provision_id, str(exc)))
+            self.host.handle_stimulus(ProvisionFailed(ins.provision_id, str(exc)))
             return
         self.started_at[node.instance_id] = t0
-        self.host._handle(ProvisionStarted(ins.provision_id, node.instance_id, ins.provider))
+        self.host.handle_stimulus(ProvisionStarted(ins.provision_id, node.instance_id, ins.provider))
 
     async def provision(self, provider: str, shape: NodeShape, pool: str, pool_tier: str, *, spare: bool,
                         tags: Mapping[str, str] | None = None) -> Any:

@@ -150,9 +150,13 @@ class Scheduler(SchedulerMoves):
             self._export_gauges()
         self._ready.set()
 
-    def _handle(self, stimulus: Stimulus) -> tuple[list[Instruction], asyncio.Task | None]:
+    def handle_stimulus(self, stimulus: Stimulus) -> tuple[list[Instruction], asyncio.Task | None]:
+        """The core's answer to ``stimulus``, carried out (the job runner, drains, sagas and the
+        provisioner hand their stimuli to the task core through this)."""
         out = self.core.handle(stimulus)
         return out, self._carry_out(out)
+
+    _handle = handle_stimulus
 
     def _carry_out(self, instructions: list[Instruction]) -> asyncio.Task | None:
         """Wake or fail the waiting callers now; write to the registry in order, in one task
@@ -502,7 +506,7 @@ class Scheduler(SchedulerMoves):
     async def drain(self, node: str, grace_s: float | None = None) -> str:
         node_id = self.core.resolve_node(msg.read_id("node", node))
         grace_s = msg.read_seconds("grace_s", grace_s, allow_zero=True)
-        return await self._answered(DrainRequested(node_id, grace_s))
+        return await self.answered(DrainRequested(node_id, grace_s))
 
     async def sync_now(self) -> int:
         """Refresh the fleet at once (tests and the CLI use it instead of waiting a tick)."""
@@ -517,9 +521,9 @@ class Scheduler(SchedulerMoves):
 
     # -- internals ------------------------------------------------------------------------------------------
     async def _operator(self, kind: type, node: str) -> str:
-        return await self._answered(kind(self.core.resolve_node(msg.read_id("node", node))))
+        return await self.answered(kind(self.core.resolve_node(msg.read_id("node", node))))
 
-    async def _answered(self, s: Any) -> str:
+    async def answered(self, s: Any) -> str:
         """Handle an operator stimulus; answer once the registry has what it wrote."""
         out, writes = self._handle(s)
         reply(out, s.stimulus_id)

@@ -191,7 +191,7 @@ class InstanceLauncher:
     def __init__(self) -> None:
         self._classes: dict[bytes, tuple[type, Any]] = {}
 
-    def _loaded(self, cls_blob: bytes) -> tuple[type, Any]:
+    def loaded(self, cls_blob: bytes) -> tuple[type, Any]:
         """The user's class and its instances' Ray actor class (built once per class)."""
         got = self._classes.get(cls_blob)
         if got is None:
@@ -202,12 +202,12 @@ class InstanceLauncher:
         return got
 
     def actor_class(self, cls_blob: bytes) -> Any:
-        return self._loaded(cls_blob)[1]
+        return self.loaded(cls_blob)[1]
 
     def has_health(self, cls_blob: bytes) -> bool:
         """Whether the class defines ``__fabric_health__`` (its instances are pinged)."""
         try:
-            return hasattr(self._loaded(cls_blob)[0], "__fabric_health__")
+            return hasattr(self.loaded(cls_blob)[0], "__fabric_health__")
         except Exception:
             return False
 

@@ -93,7 +93,7 @@ class SagaLauncher(FakeLauncher):
         self.live[(job_id, key)] = inst
         return inst
 
-    def _loaded(self, cls_blob):
+    def loaded(self, cls_blob):
         return (Hooked, None)
 
     def instances(self):

@@ -119,5 +119,5 @@ class _Host:
     jobs = None
     feed = None
 
-    def _handle(self, stimulus):
+    def handle_stimulus(self, stimulus):
         return None

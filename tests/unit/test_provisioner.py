@@ -51,7 +51,7 @@ class FakeScheduler:
         self.settings = FabricSettings()
         self.jobs = self
 
-    def _handle(self, stimulus):
+    def handle_stimulus(self, stimulus):
         self.handled.append(stimulus)
 
     def emit(self, kind, data):
