@@ -15,16 +15,38 @@ dormant again for future placements (a running instance keeps running, as in see
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from ray import cloudpickle
 
 from fabric.core.errors import InvalidSpecError, JobNotFoundError
-from fabric.core.jobs import JobSpec
+from fabric.core.jobs import JobBook, JobSpec
+from fabric.core.jobs.book import Instruction
 from fabric.core.jobs.bundles import Bundle, BundleStatus
 from fabric.core.jobs.validation import Admission, ValidationReport, place_dry_run, validate_bundle, validate_bundle_admission
 
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024
+
+
+class BundleHost(Protocol):
+    """What ``BundleOps`` uses of the job runner it serves (``actors.jobs.JobRunner`` is one)."""
+
+    book: JobBook
+    scheduler: Any
+    """The scheduler whose settings and fleet a bundle is validated against."""
+    payloads: dict[str, tuple[bytes, bytes]]
+    clock: Callable[[], float]
+
+    def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,
+               bundle_id: str | None = None, replica: int = 0, dormant: bool = False, place: bool = True) -> str: ...
+
+    def persist(self, new_payloads: dict[str, tuple[bytes, bytes]] | None = None) -> None: ...
+
+    def apply(self, instructions: list[Instruction]) -> None: ...
+
+    def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> None: ...
+
+    def where(self, node_id: str) -> tuple[str | None, str | None] | None: ...
 
 
 def defaults_for(cls: Any) -> JobSpec | None:
@@ -52,23 +74,23 @@ def load_bundle(blob: Any) -> Bundle:
 
 
 class BundleOps:
-    """The bundle half of ``actors.jobs.JobRunner`` (it provides ``book``, ``scheduler``, ``clock``,
-    ``submit``, ``persist`` and ``apply``)."""
+    """A job runner's bundles: created, updated, deleted, started and read (see the module docstring).
+    ``runner`` is the job runner whose book files the bundles' jobs (the ``BundleHost`` port)."""
 
-    book: Any
-    scheduler: Any
+    def __init__(self, runner: BundleHost) -> None:
+        self.runner = runner
 
     # -- checks ----------------------------------------------------------------------------------------
     def validate(self, blob: bytes) -> ValidationReport:
-        return validate_bundle(load_bundle(blob), self.scheduler.settings, self.scheduler.core.fleet,
+        return validate_bundle(load_bundle(blob), self.runner.scheduler.settings, self.runner.scheduler.core.fleet,
                                defaults_for=defaults_for)
 
     def admission(self, blob: bytes) -> Admission:
-        return validate_bundle_admission(load_bundle(blob), self.scheduler.settings, self.scheduler.core.fleet,
+        return validate_bundle_admission(load_bundle(blob), self.runner.scheduler.settings, self.runner.scheduler.core.fleet,
                                          defaults_for=defaults_for)
 
     def dry_run(self, blob: bytes, replica: int, job: str) -> Any:
-        return place_dry_run(load_bundle(blob), self.scheduler.settings, self.scheduler.core.fleet, replica, job,
+        return place_dry_run(load_bundle(blob), self.runner.scheduler.settings, self.runner.scheduler.core.fleet, replica, job,
                              defaults_for=defaults_for)
 
     def _checked(self, blob: bytes) -> Bundle:
@@ -76,7 +98,7 @@ class BundleOps:
         for i, j in enumerate(b.jobs):
             if not isinstance(raw_class(j.cls), type):
                 raise InvalidSpecError(f"bundle {b.bundle_id!r}: job {j.name!r} names no class to run", field=f"jobs.{i}.cls")
-        report = validate_bundle(b, self.scheduler.settings, self.scheduler.core.fleet, defaults_for=defaults_for)
+        report = validate_bundle(b, self.runner.scheduler.settings, self.runner.scheduler.core.fleet, defaults_for=defaults_for)
         if report.errors:
             first = report.errors[0]
             raise InvalidSpecError(f"bundle {b.bundle_id!r} refused: " + "; ".join(str(e) for e in report.errors),
@@ -86,103 +108,103 @@ class BundleOps:
     # -- changes ----------------------------------------------------------------------------------------
     def create_bundle(self, blob: bytes) -> BundleStatus:
         b = self._checked(blob)
-        if b.bundle_id in self.book.bundles:
+        if b.bundle_id in self.runner.book.bundles:
             raise InvalidSpecError(f"a bundle {b.bundle_id!r} exists already (update_bundle changes it)", field="bundle_id")
-        jobs = b.expand(defaults_for, settings=self.scheduler.settings)
-        self.book.add_bundle(b.bundle_id, b)
+        jobs = b.expand(defaults_for, settings=self.runner.scheduler.settings)
+        self.runner.book.add_bundle(b.bundle_id, b)
         for rj in jobs:
             self._add_job(b, rj)
-        self.persist()
-        self.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": True})
-        self.apply(self.book.due(self.clock(), self.where))
+        self.runner.persist()
+        self.runner.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": True})
+        self.runner.apply(self.runner.book.due(self.runner.clock(), self.runner.where))
         return self.bundle_status(b.bundle_id)
 
     def _add_job(self, b: Bundle, rj: Any) -> str:
         dormant = b.job(rj.name).start_mode == "manual"
-        return self.submit(rj.spec, cloudpickle.dumps(raw_class(rj.cls)), cloudpickle.dumps((rj.args, rj.kwargs)),
+        return self.runner.submit(rj.spec, cloudpickle.dumps(raw_class(rj.cls)), cloudpickle.dumps((rj.args, rj.kwargs)),
                            bundle_id=b.bundle_id, replica=rj.replica, dormant=dormant, place=False)
 
     def update_bundle(self, blob: bytes) -> BundleStatus:
         b = self._checked(blob)
-        rec = self.book.bundles.get(b.bundle_id)
+        rec = self.runner.book.bundles.get(b.bundle_id)
         if rec is None or rec.state == "deleting":
             raise JobNotFoundError(f"no bundle {b.bundle_id!r} to update (create_bundle makes one)", job_id=b.bundle_id)
-        now = self.clock()
-        wanted = {(rj.replica, rj.name): rj for rj in b.expand(defaults_for, settings=self.scheduler.settings)}
+        now = self.runner.clock()
+        wanted = {(rj.replica, rj.name): rj for rj in b.expand(defaults_for, settings=self.runner.scheduler.settings)}
         out: list = []
-        self.book.add_bundle(b.bundle_id, b)
+        self.runner.book.add_bundle(b.bundle_id, b)
         rec.state, rec.reasons = "live", []
         for key, job_id in list(rec.jobs.items()):
-            job = self.book.jobs.get(job_id)
+            job = self.runner.book.jobs.get(job_id)
             if key not in wanted:
                 if job is not None and not job.terminal:
-                    out += self.book.stop(job_id, now, reason="no longer in its bundle")
+                    out += self.runner.book.stop(job_id, now, reason="no longer in its bundle")
                 del rec.jobs[key]
                 continue
             rj = wanted.pop(key)
             if job is None or job.terminal:  # ended (broken, dropped, stopped): it starts again
                 if job is not None:
-                    self.book.forget(job_id)
+                    self.runner.book.forget(job_id)
                 del rec.jobs[key]
                 self._add_job(b, rj)
                 continue
             job.spec, job.restarts = rj.spec, []
             job.dormant = job.dormant and b.job(rj.name).start_mode == "manual"
-            self.payloads[job_id] = (cloudpickle.dumps(raw_class(rj.cls)), cloudpickle.dumps((rj.args, rj.kwargs)))
-            self.book.dirty.add(job_id)
-            self.persist({job_id: self.payloads[job_id]})
+            self.runner.payloads[job_id] = (cloudpickle.dumps(raw_class(rj.cls)), cloudpickle.dumps((rj.args, rj.kwargs)))
+            self.runner.book.dirty.add(job_id)
+            self.runner.persist({job_id: self.runner.payloads[job_id]})
         for rj in wanted.values():
             self._add_job(b, rj)
-        self.book.dirty_bundles.add(b.bundle_id)
-        self.apply(out)
-        self.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": False})
-        self.apply(self.book.due(now, self.where))
+        self.runner.book.dirty_bundles.add(b.bundle_id)
+        self.runner.apply(out)
+        self.runner.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": False})
+        self.runner.apply(self.runner.book.due(now, self.runner.where))
         return self.bundle_status(b.bundle_id)
 
     def delete_bundle(self, bundle_id: str) -> BundleStatus:
         rec = self._bundle(bundle_id)
-        now = self.clock()
+        now = self.runner.clock()
         out: list = []
         rec.state = "deleting"
-        self.book.dirty_bundles.add(bundle_id)
+        self.runner.book.dirty_bundles.add(bundle_id)
         for job_id in rec.jobs.values():
-            if job_id in self.book.jobs:
-                out += self.book.stop(job_id, now, reason="bundle deleted")
-        self.apply(out)
+            if job_id in self.runner.book.jobs:
+                out += self.runner.book.stop(job_id, now, reason="bundle deleted")
+        self.runner.apply(out)
         status = self.bundle_status(bundle_id)
         self.reap_deleted()
         return status
 
     def reap_deleted(self) -> None:
         """Forget deleted bundles whose jobs have all ended."""
-        for bundle_id, rec in list(self.book.bundles.items()):
+        for bundle_id, rec in list(self.runner.book.bundles.items()):
             if rec.state != "deleting":
                 continue
-            if all(j is None or j.terminal for j in (self.book.jobs.get(jid) for jid in rec.jobs.values())):
+            if all(j is None or j.terminal for j in (self.runner.book.jobs.get(jid) for jid in rec.jobs.values())):
                 for jid in rec.jobs.values():
-                    self.book.forget(jid)
-                    self.payloads.pop(jid, None)
-                del self.book.bundles[bundle_id]
-                self.book.dirty_bundles.add(bundle_id)
-                self.emit("bundle_deleted", {"bundle_id": bundle_id})
-                self.persist()
+                    self.runner.book.forget(jid)
+                    self.runner.payloads.pop(jid, None)
+                del self.runner.book.bundles[bundle_id]
+                self.runner.book.dirty_bundles.add(bundle_id)
+                self.runner.emit("bundle_deleted", {"bundle_id": bundle_id})
+                self.runner.persist()
 
     def set_dormant(self, bundle_id: str, replica: int, job: str, dormant: bool) -> str:
         rec = self._bundle(bundle_id)
         job_id = rec.jobs.get((replica, job))
         if job_id is None:
             raise JobNotFoundError(f"bundle {bundle_id!r} has no job {job!r} in replica {replica}", job_id=job)
-        j = self.book.job(job_id)
+        j = self.runner.book.job(job_id)
         j.dormant = dormant
-        self.book.dirty.add(job_id)
-        self.persist()
+        self.runner.book.dirty.add(job_id)
+        self.runner.persist()
         if not dormant:
-            self.apply(self.book.due(self.clock(), self.where))
+            self.runner.apply(self.runner.book.due(self.runner.clock(), self.runner.where))
         return j.state.value
 
     # -- reads -------------------------------------------------------------------------------------------
     def _bundle(self, bundle_id: str) -> Any:
-        rec = self.book.bundles.get(bundle_id)
+        rec = self.runner.book.bundles.get(bundle_id)
         if rec is None:
             raise JobNotFoundError(f"no bundle {bundle_id!r}", job_id=bundle_id)
         return rec
@@ -193,4 +215,4 @@ class BundleOps:
                             jobs={f"{r}/{n}": jid for (r, n), jid in sorted(rec.jobs.items())}, reasons=list(rec.reasons))
 
     def bundle_statuses(self) -> list[BundleStatus]:
-        return [self.bundle_status(b) for b in sorted(self.book.bundles)]
+        return [self.bundle_status(b) for b in sorted(self.runner.book.bundles)]

@@ -49,7 +49,7 @@ STOP_GRACE_S = 10.0
 MAX_EVENTS = 10_000
 
 
-class JobRunner(BundleOps):
+class JobRunner:
     """The jobs of one scheduler (see the module docstring). ``scheduler`` is the ``Scheduler``
     whose core places them; ``launcher`` the Ray seam; ``clock`` wall time (restart histories
     outlive a process, so they are kept in wall-clock seconds)."""
@@ -74,10 +74,23 @@ class JobRunner(BundleOps):
         self.gpus: dict[str, float] = {}
         """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
         self.moves = MigrationRunner(self)
+        self.bundles = BundleOps(self)
+        """The bundles whose jobs this runner files (``actors.bundle_ops``)."""
         self.drains = DrainRunner(scheduler, self)
         self.preempting: set[str] = set()
         """Nodes under a provider's reclaim notice: what dies with them is not counted."""
         self._load()
+
+    @classmethod
+    def for_scheduler(cls, scheduler: Any) -> "JobRunner":
+        """The job runner of a scheduler actor: its store where the settings say (``store.url``, else
+        beside the registry's store), its instances launched on Ray."""
+        from fabric.rayio.adapter import RayAdapter
+        from fabric.rayio.instances import InstanceLauncher
+        from fabric.store.paths import configured_store_paths, store_paths
+
+        paths = configured_store_paths(scheduler.settings) or store_paths(scheduler.settings, RayAdapter().gcs_address())
+        return cls(scheduler, JobStore(paths.jobs), InstanceLauncher())
 
     # -- the store ------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -375,7 +388,7 @@ class JobRunner(BundleOps):
         self.moves.tick()
         self.drains.step()
         self.apply(self.book.due(self.clock(), self.where))
-        self.reap_deleted()
+        self.bundles.reap_deleted()
 
     def resume(self) -> None:
         """After a restart: sagas go on (or roll back) by their phase first; then live instances are

@@ -1,30 +1,37 @@
-"""The scheduler's methods for moving work on purpose: migrations, drains, evictions, reclaim
-notices and rebalancing (API.md § Drain, eviction, interruption, migration).
+"""Requests to move work on purpose: migrations, drains, evictions, reclaim notices (the operator's
+side of the scheduler actor; API.md § Drain, eviction, interruption, migration).
 
-A mixin of ``actors.scheduler.Scheduler``: the sagas are ``actors.migrations.MigrationRunner``'s
-(inside the job runner), the drains ``actors.drains.DrainRunner``'s; these methods check what
-arrives over the wire and hand it on.
+``MoveRequests`` is one object of ``actors.scheduler.Scheduler``, whose remote methods of the same
+names hand every such call to it: it checks what arrives over the wire and hands it on to the job
+runner's sagas (``actors.migrations.MigrationRunner``) and drains (``actors.drains.DrainRunner``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from fabric.core.errors import MessageError, MigrationError, NodeNotFoundError
 from fabric.core.jobs.drains import INTERRUPTION_KINDS
 from fabric.core.jobs.migration import MigrationStrategy
+from fabric.core.scheduling import SchedulerCore
 from fabric.core.scheduling import messages as msg
 
+if TYPE_CHECKING:  # the runner's types only (actors.jobs imports nothing of this module)
+    from actors.drains import DrainRunner
+    from actors.jobs import JobRunner
+    from actors.migrations import MigrationRunner
 
-class SchedulerMoves:
-    """Migrations, drains, evictions and interruptions, as scheduler actor methods."""
 
-    jobs: Any
-    core: Any
+class MoveRequests:
+    """Migrations, drains, evictions and interruptions, checked and handed on. ``core`` resolves node
+    names; ``runner`` answers the scheduler's job runner (it raises when the scheduler runs none)."""
 
-    def _moves(self) -> Any:
-        runner = self._runner()  # type: ignore[attr-defined]
-        return runner.moves
+    def __init__(self, core: SchedulerCore, runner: "Callable[[], JobRunner]") -> None:
+        self.core = core
+        self.job_runner = runner
+
+    def _moves(self) -> "MigrationRunner":
+        return self.job_runner().moves
 
     # -- migrations ------------------------------------------------------------------------------------
     async def migrate_job(self, job_id: str, strategy: str | None = None, target_node: str | None = None,
@@ -51,8 +58,8 @@ class SchedulerMoves:
         return self._moves().abort(msg.read_id("migration_id", migration_id), reason)
 
     # -- drains, evictions, reclaim notices (actors.drains.DrainRunner) ---------------------------------
-    def _drains(self) -> Any:
-        return self._runner().drains  # type: ignore[attr-defined]
+    def _drains(self) -> "DrainRunner":
+        return self.job_runner().drains
 
     def _node(self, node: Any) -> str:
         return self.core.resolve_node(msg.read_id("node", node))
@@ -92,20 +99,13 @@ class SchedulerMoves:
             raise MessageError("deadline", "must be epoch seconds (time.time()) or None", deadline)
         return await self._drains().interrupt(node_id, kind, None if deadline is None else float(deadline))
 
-    def ray_adapter(self) -> Any:
-        """The Ray seam (the fleet feed's adapter, else a fresh one)."""
-        adapter = getattr(getattr(self, "feed", None), "adapter", None)
-        if adapter is None:
-            from fabric.rayio.adapter import RayAdapter
-
-            adapter = RayAdapter()
-        return adapter
-
     async def close_migrations(self, grace_s: float = 5.0) -> int:
         """``fabric.down``: roll back or mark lost every saga in flight, within ``grace_s``."""
-        if self.jobs is None:
+        try:
+            moves = self._moves()
+        except MessageError:  # a scheduler that runs no jobs has no saga
             return 0
-        return await self._moves().close(msg.read_seconds("grace_s", grace_s, allow_zero=True))
+        return await moves.close(msg.read_seconds("grace_s", grace_s, allow_zero=True))
 
 
-__all__ = ["SchedulerMoves", "MigrationError"]
+__all__ = ["MoveRequests", "MigrationError"]

@@ -25,7 +25,7 @@ import ray
 
 from actors.fleet_feed import FleetFeed
 from actors.jobs import JobRunner
-from actors.moves import SchedulerMoves
+from actors.moves import MoveRequests
 from actors.provisioner import Provisioner
 from fabric.core.errors import CapacityError, MessageError
 from fabric.core.placement import PlacementContext, Requirement
@@ -55,7 +55,7 @@ def stimulus_for(change: Any) -> Stimulus | None:
     return None
 
 
-class Scheduler(SchedulerMoves):
+class Scheduler:
     """The scheduler's actor logic: stimuli in, ``core.handle``, instructions out.
 
     ``feed`` (default: a ``FleetFeed``) reports fleet changes and writes cordons and drains to the
@@ -79,7 +79,9 @@ class Scheduler(SchedulerMoves):
         self._started = time.time()
         self._ready = asyncio.Event()
         self.jobs: JobRunner | None = jobs(self) if callable(jobs) else (
-            _job_runner(self) if jobs is None and run_loop else jobs)
+            JobRunner.for_scheduler(self) if jobs is None and run_loop else jobs)
+        self.moves = MoveRequests(self.core, self._runner)
+        """Migrations, drains, evictions and reclaim notices, checked and handed to the job runner."""
         """The long-running jobs (``actors.jobs.JobRunner``); None in unit tests that drive no jobs."""
         self.provisioner = Provisioner(self, providers)
         """Provider calls (``actors.provisioner``): the core's ``ProvisionNode`` / ``TerminateNode``."""
@@ -285,6 +287,45 @@ class Scheduler(SchedulerMoves):
             jobs_dispatch_failed=getattr(jobs, "counters", {}).get("dispatch_failed", 0),
             uptime_s=time.time() - self._started)
 
+    # -- moving work on purpose (actors.moves.MoveRequests: checked there, carried out by the runner) ----
+    async def migrate_job(self, job_id: str, strategy: str | None = None, target_node: str | None = None,
+                          override_reservation: bool = False) -> str:
+        return await self.moves.migrate_job(job_id, strategy, target_node, override_reservation)
+
+    def migration(self, migration_id: str) -> Any:
+        return self.moves.migration(migration_id)
+
+    def migrations(self) -> list:
+        return self.moves.migrations()
+
+    def abort_migration(self, migration_id: str, reason: str = "") -> Any:
+        return self.moves.abort_migration(migration_id, reason)
+
+    async def drain_jobs(self, node: str, timeout_s: float | None = None, force: bool = False,
+                         strategy: str | None = None) -> Any:
+        return await self.moves.drain_jobs(node, timeout_s, force, strategy)
+
+    def drain_status(self, node: str) -> Any:
+        return self.moves.drain_status(node)
+
+    def evict(self, node: str) -> list[str]:
+        return self.moves.evict(node)
+
+    async def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: float | None = None) -> Any:
+        return await self.moves.handle_node_interruption(node, kind, deadline)
+
+    async def close_migrations(self, grace_s: float = 5.0) -> int:
+        return await self.moves.close_migrations(grace_s)
+
+    def ray_adapter(self) -> Any:
+        """The Ray seam (the fleet feed's adapter, else a fresh one)."""
+        adapter = getattr(self.feed, "adapter", None)
+        if adapter is None:
+            from fabric.rayio.adapter import RayAdapter
+
+            adapter = RayAdapter()
+        return adapter
+
     # -- long-running jobs (actors.jobs.JobRunner) --------------------------------------------------------
     def _runner(self) -> JobRunner:
         if self.jobs is None:
@@ -312,39 +353,39 @@ class Scheduler(SchedulerMoves):
 
     async def create_bundle(self, blob: bytes) -> Any:
         await self._until_ready()
-        return self._runner().create_bundle(blob)
+        return self._runner().bundles.create_bundle(blob)
 
     async def update_bundle(self, blob: bytes) -> Any:
         await self._until_ready()
-        return self._runner().update_bundle(blob)
+        return self._runner().bundles.update_bundle(blob)
 
     def delete_bundle(self, bundle_id: str) -> Any:
-        return self._runner().delete_bundle(msg.read_id("bundle_id", bundle_id))
+        return self._runner().bundles.delete_bundle(msg.read_id("bundle_id", bundle_id))
 
     def bundle_status(self, bundle_id: str) -> Any:
-        return self._runner().bundle_status(msg.read_id("bundle_id", bundle_id))
+        return self._runner().bundles.bundle_status(msg.read_id("bundle_id", bundle_id))
 
     def bundle_statuses(self) -> list[Any]:
-        return self._runner().bundle_statuses()
+        return self._runner().bundles.bundle_statuses()
 
     async def validate_bundle(self, blob: bytes) -> Any:
         await self._until_ready()
-        return self._runner().validate(blob)
+        return self._runner().bundles.validate(blob)
 
     async def validate_bundle_admission(self, blob: bytes) -> Any:
         await self._until_ready()
-        return self._runner().admission(blob)
+        return self._runner().bundles.admission(blob)
 
     async def place_dry_run(self, blob: bytes, replica: int, job: str) -> Any:
         await self._until_ready()
-        return self._runner().dry_run(blob, msg.read_count("replica", replica, 1), msg.read_id("job", job))
+        return self._runner().bundles.dry_run(blob, msg.read_count("replica", replica, 1), msg.read_id("job", job))
 
     def start_bundle_job(self, bundle_id: str, replica: int, job: str) -> str:
-        return self._runner().set_dormant(msg.read_id("bundle_id", bundle_id), msg.read_count("replica", replica, 1),
+        return self._runner().bundles.set_dormant(msg.read_id("bundle_id", bundle_id), msg.read_count("replica", replica, 1),
                                           msg.read_id("job", job), False)
 
     def stop_bundle_job(self, bundle_id: str, replica: int, job: str) -> str:
-        return self._runner().set_dormant(msg.read_id("bundle_id", bundle_id), msg.read_count("replica", replica, 1),
+        return self._runner().bundles.set_dormant(msg.read_id("bundle_id", bundle_id), msg.read_count("replica", replica, 1),
                                           msg.read_id("job", job), True)
 
     def events(self, since: int = 0, kinds: list[str] | None = None, limit: int = 1000) -> list[dict]:
@@ -534,17 +575,6 @@ class Scheduler(SchedulerMoves):
     def _export_gauges(self) -> None:
         """``metrics()`` through the sink (every tick, and when the fleet changed): Ray's Prometheus endpoint."""
         self.exporter.export(self.metrics())
-
-
-def _job_runner(scheduler: "Scheduler") -> JobRunner:
-    """The job runner of a scheduler actor: its store beside the registry's (``<store>.jobs.db``)."""
-    from fabric.rayio.adapter import RayAdapter
-    from fabric.rayio.instances import InstanceLauncher
-    from fabric.store.jobs import JobStore
-    from fabric.store.paths import configured_store_paths, store_paths
-
-    paths = configured_store_paths(scheduler.settings) or store_paths(scheduler.settings, RayAdapter().gcs_address())
-    return JobRunner(scheduler, JobStore(paths.jobs), InstanceLauncher())
 
 
 def _log_failure(task: asyncio.Task) -> None:

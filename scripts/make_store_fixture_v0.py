@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write the jobs store fixture of the first format (schema 0: pickled rows, no schema version).
 
-Run once, at the commit that added it (before the store moved to versioned JSON rows), with the
+Run once, at the commit that added it (b5cfe88, before the store moved to versioned JSON rows), with the
 code of that commit: ``python scripts/make_store_fixture_v0.py tests/fixtures/store/v0``. It drives
 the real ``JobRunner`` of that day inside a ``Scheduler`` over a fake fleet (two CPU nodes) and a
 fake instance launcher, so every row is exactly what a scheduler of that day wrote:

@@ -9,22 +9,19 @@ import types
 
 import pytest
 
-from actors.moves import SchedulerMoves
+from actors.moves import MoveRequests
 from fabric.core.errors import NodeNotFoundError
 from fabric.core.jobs.drains import NodeDrainPhase, NodeDrains
 from fabric.core.scheduling import NodeJoined, NodeLost, SchedulerCore
 from test_scheduling import Clock, rec
 
 
-class Moves(SchedulerMoves):
+class Moves(MoveRequests):
     def __init__(self) -> None:
-        self.core = SchedulerCore(clock=Clock())
+        super().__init__(SchedulerCore(clock=Clock()), lambda: self.runner)
         self.core.handle(NodeJoined(rec("node-a", "cpu_ffmpeg", slots=2)))
         self.runner = types.SimpleNamespace(drains=types.SimpleNamespace(drains=NodeDrains()))
         self.runner.drains.status = self.runner.drains.drains.status
-
-    def _runner(self):
-        return self.runner
 
 
 def test_a_drain_reads_back_by_id_after_ray_took_its_node_away():
