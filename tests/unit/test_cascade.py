@@ -13,7 +13,7 @@ from fabric.core.scheduling import (
     Answer, LeaseRequested, NodeJoined, Placed, PlaceRequested, ProvisionFailed, ProvisionNode, ProvisionStarted,
     SchedulerCore, SelectRequested, TerminateNode, Tick, reply,
 )
-from fabric.core.scheduling.core import OBSERVED_SETTLE_S
+from fabric.core.scheduling.lease_desk import OBSERVED_SETTLE_S
 from fabric.core.scheduling.provisions import PROVISION_BACKOFF_S, is_prospective
 from fabric.core.settings import FabricSettings
 

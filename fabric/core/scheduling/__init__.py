@@ -2,9 +2,11 @@
 
 Parts, one module each: ``stimuli`` (what the core reacts to), ``instructions`` (what it asks the
 actor to do), ``replies`` (what callers wait for), ``queue`` (the deferred queue), ``leases`` (the
-lease book), ``ledger`` (every reservation), ``drain`` (the drain saga), ``spill`` (where spilled
-calls go), ``invariants`` (``validate_state``), ``calls`` (call-style wrappers over ``handle``),
-``messages`` (the actor's wire validation) and ``core`` (``SchedulerCore``, composing them)."""
+lease book), ``lease_desk`` (a lease's reservations, and the slots expired leases' calls may
+still hold), ``ledger`` (every reservation), ``drain`` (the drain saga), ``provisions`` and
+``cascade`` (provisioning and prospective nodes), ``spill`` (where spilled calls go), ``invariants``
+(``validate_state``), ``readout`` (metrics and explain), ``messages`` (the actor's wire validation)
+and ``core`` (``SchedulerCore``, composing them; its call-style entry points wrap ``handle``)."""
 
 from fabric.core.scheduling.core import STIMULUS_LOG_SIZE, Clock, SchedulerCore
 from fabric.core.scheduling.drain import DRAIN_LIFECYCLE, DrainPhase

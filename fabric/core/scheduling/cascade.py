@@ -1,52 +1,55 @@
 """The cascade acts: the core's side of provisioning (``provisions.py`` holds the book).
 
-``SchedulerCore`` inherits these steps. A placement that answers ``provision`` opens a provision
-(``ProvisionNode`` for the actor, a prospective record in the fleet) and is placed again, now onto
-the prospective node; the caller's work waits there (queued work holds a reservation on it) until
-the node registers. ``scale="provision_first"`` never makes a call wait while a booted node inside
-its floor fits: the provision is opened for the calls to come, and this one runs on that node now
+``Cascade`` is a part of ``SchedulerCore``, built over the same fleet, ledger, provision book and
+counters. A placement that answers ``provision`` opens a provision (``ProvisionNode`` for the actor,
+a prospective record in the fleet) and is placed again, now onto the prospective node; the caller's
+work waits there (queued work holds a reservation on it) until the node registers.
+``scale="provision_first"`` never makes a call wait while a booted node inside its floor fits: the
+provision is opened for the calls to come, and this one runs on that node now
 (degrade-before-provision, the default, never reaches here while such a node fits).
+
+The cascade keeps its books and answers what changed; placing the queue again afterwards is the
+core's (it says when: ``requested`` answered instructions, ``failed`` answered True, ``expire``'s
+flag).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
-from fabric.core.placement import Decision, PlacementContext, Requirement, place
+from fabric.core.clock import Clock
+from fabric.core.placement import Decision, FleetView, NodeRecord, PlacementContext, Requirement, place
 from fabric.core.placement import walk
 from fabric.core.placement.context import TASK_CONTEXT
+from fabric.core.placement.filters import provision_shape
 from fabric.core.scheduling import stimuli as st
 from fabric.core.scheduling.instructions import Instruction, ProvisionNode, TerminateNode
-from fabric.core.placement.filters import provision_shape
-from fabric.core.scheduling.provisions import MAX_PENDING, PendingProvision, find_pool_tier, is_prospective, shape_record
-
-if TYPE_CHECKING:
-    from fabric.core.placement import FleetView
-    from fabric.core.scheduling.ledger import AllocationLedger
-    from fabric.core.scheduling.provisions import ProvisionBook
-    from fabric.core.settings import FabricSettings
+from fabric.core.scheduling.ledger import AllocationLedger
+from fabric.core.scheduling.provisions import (
+    MAX_PENDING, PendingProvision, ProvisionBook, find_pool_tier, is_prospective, shape_record,
+)
+from fabric.core.settings import FabricSettings
 
 
-class CascadeSteps:
-    """Provisioning, prospective nodes and their end (mixed into ``SchedulerCore``)."""
+class Cascade:
+    """Provisioning, prospective nodes and their end (a part of ``SchedulerCore``)."""
 
-    settings: "FabricSettings"
-    fleet: "FleetView"
-    ledger: "AllocationLedger"
-    provisions: "ProvisionBook"
-    counters: dict[str, int]
-    clock: Any
+    def __init__(self, settings: FabricSettings, fleet: FleetView, ledger: AllocationLedger, provisions: ProvisionBook,
+                 counters: dict[str, int], clock: Clock) -> None:
+        self.settings = settings
+        self.fleet = fleet
+        self.ledger = ledger
+        self.provisions = provisions
+        self.counters = counters
+        """The core's counters (``provisions_*``), shared."""
+        self.clock = clock
 
-    def _place_waiting(self, sid: str) -> list[Instruction]:  # pragma: no cover - SchedulerCore's
-        raise NotImplementedError
-
-    def _on_prospective(self, d: Decision) -> bool:
+    def on_prospective(self, d: Decision) -> bool:
         """A placed decision that landed on a node still coming up."""
         return d.status == "placed" and d.node_id is not None and is_prospective(d.node_id)
 
-    def _settle(self, d: Decision, req: Requirement, ctx: PlacementContext | None, sid: str,
-                now: float, out: list[Instruction]) -> Decision:
+    def settle(self, d: Decision, req: Requirement, ctx: PlacementContext | None, sid: str,
+               now: float, out: list[Instruction]) -> Decision:
         """Turn a ``provision`` decision into an open provision (appending its ``ProvisionNode`` to
         ``out``) and the decision the call follows now: on a booted node (``provision_first`` with
         one inside the floor), else on the prospective node; anything else is returned as it is."""
@@ -94,13 +97,13 @@ class CascadeSteps:
         saturated = {k for k, n in self.provisions.by_tier().items() if n >= MAX_PENDING}
         self.fleet.provision_held = self.provisions.held(now) | frozenset(saturated)
 
-    def _provision_reason(self, d: Decision) -> str:
+    def provision_reason(self, d: Decision) -> str:
         rec = self.fleet.get(d.node_id) if d.node_id else None
         shape = rec.name if rec is not None else "a new node"
         return f"waiting for {shape} in pool tier {d.pool_tier} to register (provisioning)"
 
     # -- stimuli ------------------------------------------------------------------------------------
-    def _provision_started(self, s: st.ProvisionStarted, now: float) -> list[Instruction]:
+    def started(self, s: st.ProvisionStarted, now: float) -> list[Instruction]:
         """The provider started the node: remember its instance id; it registers next. One that was
         abandoned meanwhile is terminated now; one that registered first is done."""
         p, registered = self.provisions.started(s.provision_id, s.instance_id)
@@ -112,9 +115,10 @@ class CascadeSteps:
             return self._registered(p, s.stimulus_id)
         return []
 
-    def _provision_requested(self, s: st.ProvisionRequested, now: float) -> list[Instruction]:
+    def requested(self, s: st.ProvisionRequested, now: float) -> list[Instruction]:
         """A worker group asked for by the burst scaler: ``count`` prospective nodes, each a
-        ``ProvisionNode``; the queue is placed onto them at once (it waits there)."""
+        ``ProvisionNode`` (none for a pool tier nobody could start); the core places the queue onto
+        them at once (it waits there)."""
         pt = find_pool_tier(self.settings, s.pool, s.pool_tier)
         if pt is None or pt.provider == "static" or s.count < 1:
             return []
@@ -127,20 +131,20 @@ class CascadeSteps:
             out.append(ProvisionNode(p.provision_id, pt.provider, s.pool, s.pool_tier, s.shape, reason=s.reason,
                                      stimulus_id=s.stimulus_id))
         self._refresh_held(now)
-        return out + self._place_waiting(s.stimulus_id)
+        return out
 
-    def _provision_failed(self, s: st.ProvisionFailed, now: float) -> list[Instruction]:
-        """The provider could not start it: no phantom node; the pool tier is held for the backoff
-        and the work it held is placed again (the cascade spills on)."""
+    def failed(self, s: st.ProvisionFailed, now: float) -> bool:
+        """The provider could not start it: no phantom node; the pool tier is held for the backoff.
+        True when a provision closed: the work it held is to be placed again (the cascade spills on)."""
         p = self.provisions.close(s.provision_id)
         if p is None:
-            return []
+            return False
         self.counters["provisions_failed"] += 1
         self.provisions.hold(p.pool, p.pool_tier, now)
         self._drop_prospective(p)
-        return self._place_waiting(s.stimulus_id)
+        return True
 
-    def _match_provision(self, rec: Any, sid: str) -> list[Instruction]:
+    def match(self, rec: NodeRecord, sid: str) -> list[Instruction]:
         """A node joined: if it fulfils an open provision, the prospective record gives way to it."""
         if rec.instance_id is None and rec.provider is None:
             return []
@@ -155,9 +159,10 @@ class CascadeSteps:
         self._drop_prospective(p)
         return []  # the caller places the queue once the booted node is in the fleet
 
-    def _expire_provisions(self, now: float, sid: str) -> tuple[list[Instruction], bool]:
+    def expire(self, now: float, sid: str) -> tuple[list[Instruction], bool]:
         """Provisions past their pool tier's ``provision_timeout_s``: abandoned, their nodes
-        terminated, their work placed again. Also ends holds whose backoff passed."""
+        terminated. Also ends holds whose backoff passed. The flag: their work (or work a hold
+        kept back) is to be placed again."""
         out: list[Instruction] = []
         before = self.fleet.provision_held
         for p in self.provisions.expired(now):
@@ -174,7 +179,7 @@ class CascadeSteps:
         self.ledger.drop_node(p.node_id)
         self._refresh_held(self.clock())
 
-    def provisions_view(self) -> dict:
+    def view(self) -> dict[str, list[dict[str, object]]]:
         """Open provisions and held pool tiers, for ``fabric status`` and ``h.metrics()``."""
         now = self.clock()
         return {"pending": [p.to_dict(now) for p in self.provisions],
@@ -182,4 +187,4 @@ class CascadeSteps:
                          for (pool, pt), until in sorted(self.provisions.held_until().items()) if until > now]}
 
 
-__all__ = ["CascadeSteps"]
+__all__ = ["Cascade"]

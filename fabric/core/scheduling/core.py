@@ -13,49 +13,47 @@ clock. The state is composed of small parts, each with its own invariants:
 - the ``DeferredQueue`` (priority, then FIFO; retried on every capacity event, expired at deadlines);
 - the ``LeaseBook`` (the fast path's leases: renewals, expiry);
 - the ``DrainBook`` (the drain saga, ``DrainPhase``);
+- the ``ProvisionBook``, kept by the ``Cascade`` (``cascade.py``: provisions and the prospective
+  nodes they put in the fleet);
+- the ``LeaseDesk`` (``lease_desk.py``: a lease's reservations from grant to end, and the slots
+  an expired lease's calls may still hold);
 - the counters behind ``handle.metrics()`` and seed 002's ``fallback_count``, and a bounded log
   of the stimuli handled.
 
-``validate_state()`` checks the invariants of all of them together; every scheduler test runs it.
-The entry points older callers use (``place``, ``lease``, ``drain``...) live in ``calls.py`` as
-thin wrappers that build a stimulus and call ``handle``.
+The parts keep their books and say what changed; the handlers here decide what follows (a refusal,
+the queue placed again). ``validate_state()`` checks the invariants of all of them together; every
+scheduler test runs it. The call-style entry points (``place``, ``lease``, ``drain``...) are thin
+wrappers that build a stimulus, ``handle`` it and give back its reply.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
+from fabric.core.clock import Clock
 from fabric.core.errors import CapacityError, NodeNotFoundError, RequirementError
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.placement import Allocation, Decision, FleetView, NodeRecord, PlacementContext, Requirement, dry_run, place
+from fabric.core.placement import Allocation, Decision, FleetView, NodeRecord, PlacementContext, Requirement, place
 from fabric.core.settings import FabricSettings
-from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
+from fabric.core.tiers import ComputeTier
 
 from fabric.core.scheduling import stimuli as st
-from fabric.core.scheduling.calls import LegacyCalls
-from fabric.core.scheduling.cascade import CascadeSteps
+from fabric.core.scheduling.cascade import Cascade
 from fabric.core.scheduling.drain import DrainBook
-from fabric.core.scheduling.instructions import Answer, Expired, Instruction, MarkDraining, Placed, Refused, SetCordoned
+from fabric.core.scheduling.instructions import (
+    Answer, Expired, Instruction, MarkDraining, Placed, Refused, SetCordoned, reply,
+)
 from fabric.core.scheduling.invariants import InvalidStateError, state_problems
-from fabric.core.scheduling.leases import LeaseBook, reserve_slots
+from fabric.core.scheduling.lease_desk import LeaseDesk
+from fabric.core.scheduling.leases import LeaseBook
 from fabric.core.scheduling.provisions import ProvisionBook
-from fabric.core.scheduling.ledger import OBSERVED, AllocationLedger
+from fabric.core.scheduling.ledger import AllocationLedger
 from fabric.core.scheduling.queue import DeferredQueue, QueuedRequest
+from fabric.core.scheduling.readout import core_metrics, explain_placement
 from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
 from fabric.core.scheduling.spill import spill_target
-
-Clock = Callable[[], float]
-
-OBSERVATION_VALID_S = 5.0
-"""A ``SlotsObserved`` vouches for Ray's usage this long: without fresher ones, an expired lease's
-slots are simply given back (nothing would ever see its calls end)."""
-
-OBSERVED_SETTLE_S = 2.0
-"""How long after a lease expires before Ray's usage can vouch that one of its calls ended: a call
-sent just before the expiry is not yet counted (the raylet has to take it and report it), so an
-older observation, or one taken sooner, would read its slot as free and double-book the node."""
 
 STIMULUS_LOG_SIZE = 512
 """Stimuli kept in the core's log (``stimulus_log``), newest last."""
@@ -67,7 +65,13 @@ def hard_fail(req: Requirement) -> CapacityError:
                          requirement=repr(req), reason="no node serves the tier")
 
 
-class SchedulerCore(CascadeSteps, LegacyCalls):
+def _others(out: list[Instruction], sid: str) -> list[Instruction]:
+    """``out`` without the stimulus's own reply and the cordon writes; a ``Refused`` is raised."""
+    reply(out, sid)
+    return [i for i in out if not isinstance(i, (Answer, Refused, SetCordoned))]
+
+
+class SchedulerCore:
     """Placement with memory: the fleet, what was placed on it, and what is waiting."""
 
     def __init__(self, settings: FabricSettings | None = None, *, clock: Clock, log_size: int = STIMULUS_LOG_SIZE) -> None:
@@ -80,14 +84,6 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         self.leases = LeaseBook(self.settings.health.monitor_interval_s)
         self.drains = DrainBook()
         self.provisions = ProvisionBook()
-        self._observed_until = float("-inf")
-        """Until when the last ``SlotsObserved`` stands (expired leases' slots are kept as observed then)."""
-        self._observed_at = float("-inf")
-        """When the last ``SlotsObserved`` was taken."""
-        self._last_used: dict[str, int] = {}
-        """The last ``SlotsObserved``: ``fabric.slots`` in use per node, as Ray counted them."""
-        self._observed_since: dict[int, tuple[str, float]] = {}
-        """The lease each ``OBSERVED`` reservation came from and when it expired (``OBSERVED_SETTLE_S``)."""
         self._outsiders: dict[str, ComputeTier] = {}
         self.counters = {
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
@@ -96,6 +92,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             "leases_granted": 0, "leases_expired": 0, "calls_reported": 0, "call_reports": 0,
             "provisions_requested": 0, "provisions_registered": 0, "provisions_failed": 0, "provisions_abandoned": 0,
         }
+        self.cascade = Cascade(self.settings, self.fleet, self.ledger, self.provisions, self.counters, clock)
+        self.lease_desk = LeaseDesk(self.fleet, self.ledger, self.leases, self.counters, clock, self.ray_gpus)
         self.stimuli_handled = 0
         self._log: deque[tuple[str, str, float]] = deque(maxlen=max(1, log_size))
         """(kind, stimulus_id, at) of the last stimuli handled (tuples: the log is on every call's path)."""
@@ -107,7 +105,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             st.SlotsReleased: self._slots_released, st.PlacementUnclaimed: self._placement_unclaimed,
             st.Cancelled: self._cancelled, st.Cordoned: self._cordoned, st.Uncordoned: self._uncordoned,
             st.DrainRequested: self._drain_requested, st.Tick: self._tick,
-            st.ProvisionStarted: self._provision_started, st.ProvisionFailed: self._provision_failed,
+            st.ProvisionStarted: self.cascade.started, st.ProvisionFailed: self._provision_failed,
             st.ProvisionRequested: self._provision_requested, st.SlotsObserved: self._slots_observed,
         }
 
@@ -147,7 +145,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         return self.leases.ttl_s
 
     @property
-    def allocations(self) -> dict[int, Any]:
+    def allocations(self) -> dict[int, Allocation]:
         """Every reservation held, by allocation id (a copy)."""
         return self.ledger.allocations()
 
@@ -171,23 +169,9 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             return matches[0]
         raise NodeNotFoundError(node)
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """Counters since start plus gauges computed now: per-tier nodes, running, utilisation."""
-        tiers: dict[str, dict] = {}
-        for rec in self.fleet.records():
-            tier = rec.tier.value if rec.tier is not None else "?"
-            t = tiers.setdefault(tier, {"nodes": 0, "placeable": 0, "running": 0, "slots": 0})
-            t["nodes"] += 1
-            t["placeable"] += int(rec.placeable)
-            t["running"] += rec.running
-            t["slots"] += rec.slots
-        for t in tiers.values():
-            t["utilization"] = round(t["running"] / t["slots"], 4) if t["slots"] else 0.0
-        ordered = {tier.value: tiers[tier.value] for tier in TIERS_BEST_FIRST if tier.value in tiers}
-        return {**self.counters, "queue_depth": self.queue_depth, "nodes": len(self.fleet),
-                "running": len(self.ledger), "tiers": ordered, "leases": len(self.leases),
-                "drains": len(self.drains), "stimuli_handled": self.stimuli_handled,
-                "provisions_pending": len(self.provisions)}
+        return core_metrics(self)
 
     def check_requirement(self, req: Requirement) -> Requirement:
         """``req`` if everything it names exists in the settings in force (its pool); else the
@@ -211,6 +195,14 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             return 0.0
         return float(req.num_gpus) if self.fleet.node(node_id).capabilities.ray_gpus else 0.0
 
+    def could_provision(self, req: Requirement) -> bool:
+        """Some elastic pool tier of ``req``'s pool may provision a node for it now (``Cascade``)."""
+        return self.cascade.could_provision(req)
+
+    def provisions_view(self) -> dict[str, list[dict[str, object]]]:
+        """Open provisions and held pool tiers, for ``fabric status`` and ``h.metrics()``."""
+        return self.cascade.view()
+
     def spill_target(self, req: Requirement) -> tuple[dict[str, str] | None, str | None]:
         """Where a lease's spilled calls go (``spill.spill_target`` over this core's fleet); nowhere
         while an elastic pool tier may still provision for them (they queue, and provision)."""
@@ -218,17 +210,9 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             return None, None
         return spill_target(self.fleet, self.settings, self._outsiders, req)
 
-    def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> dict:
-        """A dry-run placement against the fleet, with its trace: the decision, each node's first
-        failing filter, each survivor's key, and the text a person reads. Changes nothing."""
-        d = dry_run(self.fleet, self.check_requirement(req), ctx)
-        names = {r.node_id: r.name for r in self.fleet.records()}
-        trace = d.trace
-        verdicts = {f"{names.get(k, k)} ({k[:12]})": v for k, v in trace.verdicts().items()} if trace else {}
-        survivors = [{"node": names.get(node_id, node_id), "node_id": node_id, "key": list(map(str, key))}
-                     for key, node_id in trace.survivors()] if trace else []
-        return {"decision": {**d.to_dict(), "node_name": d.node_name}, "verdicts": verdicts, "survivors": survivors,
-                "text": d.explain(verbose=verbose)}
+    def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> dict[str, Any]:
+        """A dry-run placement against the fleet, with its trace (``readout.explain_placement``). Changes nothing."""
+        return explain_placement(self.fleet, self.check_requirement(req), ctx, verbose)
 
     # -- fleet stimuli (seed 002's reconfiguration engine) ---------------------------------------------
     def _node_joined(self, s: st.NodeJoined, now: float) -> list[Instruction]:
@@ -241,7 +225,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         self.ledger.note_cap(rec.node_id, rec.slots)
         if fresh:
             self.counters["nodes_joined"] += 1
-        out = self._match_provision(rec, s.stimulus_id) if fresh else []
+        out = self.cascade.match(rec, s.stimulus_id) if fresh else []
         return out + self._place_waiting(s.stimulus_id)
 
     def _node_changed(self, s: st.NodeChanged, now: float) -> list[Instruction]:
@@ -290,8 +274,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             return refused
         out = self._end_leases(s.release, sid)
         self.counters["placements_attempted"] += 1
-        d = self._settle(place(self.fleet, req, s.context), req, s.context, sid, now, out)
-        prospective = self._on_prospective(d)
+        d = self.cascade.settle(place(self.fleet, req, s.context), req, s.context, sid, now, out)
+        prospective = self.cascade.on_prospective(d)
         if d.status == "placed" and not prospective:
             self._commit(d)
             return out + [Answer(self._assignment(d, req), stimulus_id=sid)]
@@ -305,7 +289,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             if prospective:
                 q.held = self._hold(d)
         if prospective:
-            return out + [Answer(NodeAssignment("deferred", None, d.tier, self._provision_reason(d)), stimulus_id=sid)]
+            return out + [Answer(NodeAssignment("deferred", None, d.tier, self.cascade.provision_reason(d)), stimulus_id=sid)]
         return out + [Answer(NodeAssignment.from_decision(d, reserved=False), stimulus_id=sid)]
 
     def _select_requested(self, s: st.SelectRequested, now: float) -> list[Instruction]:
@@ -316,8 +300,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
             return refused
         self.counters["select_worker_calls"] += 1
         d = place(self.fleet, s.requirement)
-        if self._on_prospective(d):
-            return [Answer(NodeAssignment("deferred", None, d.tier, self._provision_reason(d)), stimulus_id=s.stimulus_id)]
+        if self.cascade.on_prospective(d):
+            return [Answer(NodeAssignment("deferred", None, d.tier, self.cascade.provision_reason(d)), stimulus_id=s.stimulus_id)]
         if d.status == "placed" and d.fallback_levels > 0:
             self.counters["fallbacks"] += 1
         return [Answer(NodeAssignment.from_decision(d, reserved=False), stimulus_id=s.stimulus_id)]
@@ -336,7 +320,7 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         grant = self._grant(s.lease_id, req, s.holding, s.want, now)
         if (not grant.slots and grant.spill is None and req.hard and not self.any_node_serves(req.min_tier, req.pool)
                 and not self.could_provision(req)):  # a node the cascade may provision is worth the wait
-            self._drop_lease(s.lease_id)
+            self.lease_desk.drop(s.lease_id)
             self.counters["placements_failed"] += 1
             return out + [Refused(hard_fail(req), stimulus_id=sid)]
         return out + [Answer(grant, stimulus_id=sid)]
@@ -357,32 +341,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
 
     def _slots_observed(self, s: st.SlotsObserved, now: float) -> list[Instruction]:
         """Ray's view of slots in use. A lease that expired while its calls ran left its slots as
-        ``OBSERVED`` reservations (``_drop_lease``): those Ray no longer counts go, and the queue moves.
-        (Calls spilled by label were never reserved and are not: Ray queues them on its own.)"""
-        self._observed_until = now + OBSERVATION_VALID_S
-        self._observed_at = now
-        self._last_used = dict(s.used)
-        return self._trim_observed(s.stimulus_id)
-
-    def _trim_observed(self, sid: str) -> list[Instruction]:
-        """Give back the ``OBSERVED`` slots Ray no longer counts in use: only those the last
-        observation can vouch for (taken ``OBSERVED_SETTLE_S`` after their lease expired); the
-        fresher ones stay, and count toward what Ray reported on their node."""
-        freed = False
-        since = self._observed_since
-        for rec in self.fleet.records():
-            mine = self.ledger.owned_on(rec.node_id, OBSERVED)
-            if not mine:
-                continue
-            want = max(0, self._last_used.get(rec.node_id, 0) - (self.ledger.running_on(rec.node_id) - len(mine)))
-            settled = [aid for aid in mine if since.get(aid, ("", float("-inf")))[1] + OBSERVED_SETTLE_S <= self._observed_at]
-            for aid in settled[max(0, want - (len(mine) - len(settled))):]:
-                self._release_one(aid)
-                since.pop(aid, None)
-                freed = True
-        if len(since) > len(self.ledger):  # entries released elsewhere (a node that left)
-            self._observed_since = {aid: t for aid, t in since.items() if aid in self.ledger}
-        return self._place_waiting(sid) if freed else []
+        ``OBSERVED`` reservations (``LeaseDesk``): those Ray no longer counts go, and the queue moves."""
+        return self._place_waiting(s.stimulus_id) if self.lease_desk.observe(s.used, now) else []
 
     def _slots_released(self, s: st.SlotsReleased, now: float) -> list[Instruction]:
         """Work ended: give its reservations back, then let drains and the queue move on."""
@@ -395,6 +355,15 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
     def _cancelled(self, s: st.Cancelled, now: float) -> list[Instruction]:
         self.queue.cancel(s.request_id)
         return []
+
+    def _provision_requested(self, s: st.ProvisionRequested, now: float) -> list[Instruction]:
+        """The burst scaler's worker group: its provisions opened, and the queue placed onto them."""
+        out = self.cascade.requested(s, now)
+        return out + self._place_waiting(s.stimulus_id) if out else []
+
+    def _provision_failed(self, s: st.ProvisionFailed, now: float) -> list[Instruction]:
+        """The provider could not start it: the work it held is placed again (the cascade spills on)."""
+        return self._place_waiting(s.stimulus_id) if self.cascade.failed(s, now) else []
 
     # -- the operator ---------------------------------------------------------------------------------
     def _unknown(self, node_id: str, sid: str) -> list[Instruction]:
@@ -437,18 +406,11 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         for q in self.queue.expire(now):
             self.counters["queue_expired"] += 1
             out.append(Expired(q.request_id, self._timeout_error(q, now), stimulus_id=sid))
-        expired = self.leases.expired(now)
-        # Kept as OBSERVED while Ray's usage is observed, whether or not work waits: a call placed
-        # right after the expiry would otherwise be double-booked onto a node whose leased calls
-        # still run (it then waits behind them there while another node has room).
-        observing = now < self._observed_until
-        for lid in expired:
-            self._drop_lease(lid, keep_as_observed=observing)
-            self.counters["leases_expired"] += 1
-        if expired and observing:  # what Ray last counted in use stays; the rest is free now
-            out.extend(self._trim_observed(sid))
+        expired, freed = self.lease_desk.expire(now)
+        if freed:  # what Ray last counted in use stays; the rest is free now
+            out.extend(self._place_waiting(sid))
         out.extend(self._advance_drains(now, sid))
-        abandoned, moved = self._expire_provisions(now, sid) if len(self.provisions) or self.fleet.provision_held else ([], False)
+        abandoned, moved = self.cascade.expire(now, sid) if len(self.provisions) or self.fleet.provision_held else ([], False)
         out.extend(abandoned)
         if expired or moved:
             out.extend(self._place_waiting(sid))
@@ -471,12 +433,12 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
 
         def try_place(q: QueuedRequest) -> bool | None:
             if q.held is not None:  # its place on a prospective node is taken again below if still best
-                self._release_one(q.held)
+                self.ledger.give_back(q.held, self.fleet)
                 q.held = None
-            d = self._settle(place(self.fleet, q.requirement, q.context), q.requirement, q.context, sid, now, out)
+            d = self.cascade.settle(place(self.fleet, q.requirement, q.context), q.requirement, q.context, sid, now, out)
             if d.status != "placed":
                 return False
-            if self._on_prospective(d):
+            if self.cascade.on_prospective(d):
                 q.held = self._hold(d)
                 return None
             self._commit(d)
@@ -489,10 +451,8 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
     def _release(self, allocation_ids: Iterable[int], sid: str, now: float) -> list[Instruction]:
         freed = False
         for aid in allocation_ids:
-            e = self.ledger.pop(aid)
-            if e is None:
+            if self.ledger.give_back(aid, self.fleet) is None:
                 continue  # already dropped with its node, or released twice
-            self.fleet.release(e.allocation)
             self.counters["released"] += 1
             freed = True
         out = self._advance_drains(now, sid)
@@ -520,11 +480,6 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         self.ledger.track(a, slots=cap)
         return a.allocation_id
 
-    def _release_one(self, allocation_id: int) -> None:
-        e = self.ledger.pop(allocation_id)
-        if e is not None:
-            self.fleet.release(e.allocation)
-
     def _commit(self, d: Decision) -> None:
         """Reserve a placed decision's node for one call and count it."""
         cap = self.fleet.node(d.node_id).slots if d.node_id is not None else 0
@@ -540,59 +495,87 @@ class SchedulerCore(CascadeSteps, LegacyCalls):
         gpus = self.ray_gpus(a.node_id, req) if a.node_id else 0.0
         return replace(a, ray_gpus=gpus) if gpus else a
 
-    def _grant(self, lease_id: str, req: Requirement, holding: Any, want: int, now: float) -> LeaseGrant:
-        previous = self.leases.get(lease_id)
-        renewals = previous.renewals + 1 if previous is not None else 0
-        self._drop_lease(lease_id)
-        self._drop_observed_of(lease_id)
-        res = reserve_slots(self.fleet, req, holding or {}, want, self.ray_gpus)
-        for a in res.held:
-            self.ledger.track(a, lease_id, held=True)
-        for a, cap in res.placed:
-            self.ledger.track(a, lease_id, slots=cap)
-        ids = [a.allocation_id for a in res.held] + [a.allocation_id for a, _ in res.placed]
-        self.leases.file(lease_id, ids, now, renewals=renewals)
-        self.counters["leases_granted"] += 1
-        spill, via = self.spill_target(req)
-        return LeaseGrant(lease_id, res.slots, spill, self.leases.ttl_s, via)
+    def _grant(self, lease_id: str, req: Requirement, holding: Mapping[str, int], want: int, now: float) -> LeaseGrant:
+        slots = self.lease_desk.grant(lease_id, req, holding or {}, want, now)
+        spill, via = self.spill_target(req)  # where the calls beyond its slots go, once they are reserved
+        return LeaseGrant(lease_id, slots, spill, self.leases.ttl_s, via)
 
     def _end_leases(self, lease_ids: Iterable[str], sid: str) -> list[Instruction]:
-        """Give leases back, one by one; the queue tries again after each one that was held. A
-        lease is given back idle (none of its calls in flight), so the ``OBSERVED`` slots an earlier
-        expiry of it left go too."""
+        """Give leases back, one by one; the queue tries again after each one that freed slots."""
         out: list[Instruction] = []
         for lid in lease_ids:
-            had_observed = any(owner == lid for owner, _ in self._observed_since.values())
-            self._drop_observed_of(lid)
-            if self._drop_lease(lid) or had_observed:
+            if self.lease_desk.end(lid):
                 out.extend(self._place_waiting(sid))
         return out
 
-    def _drop_observed_of(self, lease_id: str) -> None:
-        """A lease renewed after it expired: its ``holding`` now reserves its running calls, so the
-        ``OBSERVED`` slots it left go (kept, they would count those calls twice)."""
-        mine = [aid for aid, (lid, _) in self._observed_since.items() if lid == lease_id]
-        for aid in mine:
-            del self._observed_since[aid]
-            self._release_one(aid)
+    # -- call-style entry points: each builds a stimulus, handles it, gives back its reply ----------------
+    # The registry writes a cordon asks for (``SetCordoned``) are left out: the actor, which carries
+    # them out, calls ``handle`` itself. Tests and the fuzz surfaces use these for brevity.
+    def _ask(self, stimulus: st.Stimulus) -> Any:
+        return reply(self.handle(stimulus), stimulus.stimulus_id)
 
-    def _drop_lease(self, lease_id: str, *, keep_as_observed: bool = False) -> bool:
-        """Give a lease's reservations back. ``keep_as_observed`` (a lease that expired while Ray's
-        usage is being observed): its calls may still run, so its slots stay reserved as ``OBSERVED``
-        until ``SlotsObserved`` sees them end."""
-        lease = self.leases.pop(lease_id)
-        if lease is None:
-            return False
-        for aid in lease.allocation_ids:
-            e = self.ledger.pop(aid)
-            if e is None:
-                continue
-            if keep_as_observed:
-                self.ledger.track(e.allocation, OBSERVED, held=True)
-                self._observed_since[aid] = (lease_id, self.clock())
-            else:
-                self.fleet.release(e.allocation)
-        return True
+    def place(self, req: Requirement, ctx: PlacementContext | None = None, *, request_id: str | None = None,
+              queue: bool = False, priority: int = 0, timeout_s: float | None = None) -> NodeAssignment:
+        """Place ``req`` now and reserve the node; deferred work with ``queue`` waits under
+        ``request_id``. ``CapacityError`` for a hard requirement no node serves (``PlaceRequested``)."""
+        return self._ask(st.PlaceRequested(req, ctx, request_id, queue, priority, timeout_s))
 
+    def select_worker(self, req: Requirement) -> NodeAssignment:
+        return self._ask(st.SelectRequested(req))
+
+    def grant_lease(self, lease_id: str, req: Requirement, holding: Mapping[str, int] | None = None, want: int = 64,
+                    release: Iterable[str] = ()) -> tuple[LeaseGrant, list[Instruction]]:
+        """The grant and what the releases let run (``LeaseRequested``); ``CapacityError`` for a
+        hard requirement no node of its pool serves."""
+        s = st.LeaseRequested(lease_id, req, dict(holding or {}), want, tuple(release))
+        out = self.handle(s)
+        grant = reply(out, s.stimulus_id)
+        return grant, _others(out, s.stimulus_id)
+
+    def lease(self, lease_id: str, req: Requirement, holding: Mapping[str, int] | None = None, want: int = 64) -> LeaseGrant:
+        """``grant_lease`` with nothing given back first: the grant alone."""
+        return self.grant_lease(lease_id, req, holding, want)[0]
+
+    def end_lease(self, lease_id: str) -> list[Instruction]:
+        return self.handle(st.LeaseEnded(lease_id))
+
+    def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
+        self.handle(st.CallsReported(placed, fallbacks))
+
+    def release(self, allocation_ids: Iterable[int]) -> list[Instruction]:
+        return self.handle(st.SlotsReleased(tuple(allocation_ids)))
+
+    def cancel(self, request_id: str) -> bool:
+        """Forget a queued request; False when it was not queued."""
+        queued = request_id in self.queue
+        self.handle(st.Cancelled(request_id))
+        return queued
+
+    def node_joined(self, rec: NodeRecord) -> list[Instruction]:
+        return self.handle(st.NodeJoined(rec))
+
+    def node_changed(self, node_id: str, **changes: Any) -> list[Instruction]:
+        return self.handle(st.NodeChanged(node_id, changes))
+
+    def node_lost(self, node_id: str) -> list[Instruction]:
+        return self.handle(st.NodeLost(node_id))
+
+    def ray_outsiders(self, nodes: Mapping[str, ComputeTier]) -> None:
+        self.handle(st.OutsidersSeen(dict(nodes)))
+
+    def cordon(self, node_id: str) -> None:
+        s = st.Cordoned(node_id)
+        _others(self.handle(s), s.stimulus_id)
+
+    def uncordon(self, node_id: str) -> list[Instruction]:
+        s = st.Uncordoned(node_id)
+        return _others(self.handle(s), s.stimulus_id)
+
+    def drain(self, node_id: str, grace_s: float | None = None) -> list[Instruction]:
+        s = st.DrainRequested(node_id, grace_s)
+        return _others(self.handle(s), s.stimulus_id)
+
+    def tick(self) -> list[Instruction]:
+        return self.handle(st.Tick())
 
 __all__ = ["Clock", "STIMULUS_LOG_SIZE", "SchedulerCore", "hard_fail"]

@@ -101,6 +101,13 @@ class AllocationLedger:
                 self._cap.pop(e.allocation.node_id, None)
         return e
 
+    def give_back(self, allocation_id: int, fleet: FleetView) -> Entry | None:
+        """Take one allocation out and release its reservation in ``fleet`` (None: not held)."""
+        e = self.pop(allocation_id)
+        if e is not None:
+            fleet.release(e.allocation)
+        return e
+
     def owned_on(self, node_id: str, owner: str) -> list[int]:
         """Allocation ids ``owner`` holds on the node."""
         return [aid for aid in self._by_node.get(node_id, ()) if self._entries[aid].owner == owner]
