@@ -20,8 +20,8 @@ not even which paths exist). Only that one path is served, only with ``GET``: an
 on it is 405, any other path 404. Nothing here changes anything.
 
 ``make_app(nodes, token)`` builds the ``aiohttp`` application; ``nodes`` is an async callable
-returning the records (``NodeRecord``, its ``to_dict()`` form, or anything with ``to_dict``), e.g.
-``lambda: scheduler.nodes.remote()`` awaited. The operator actor mounts it beside its gRPC server.
+returning the records (``NodeRecord``, its ``to_dict()`` form, or anything with ``to_dict``): the
+operator actor passes its ``AsyncSchedulerApi``'s ``nodes`` and mounts the view beside its gRPC server.
 ``node_entry`` / ``nodes_document`` are the pure mapping (tested without a server).
 """
 
