@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from fabric.cli.jobs_cmd import _node_names, _value
+from fabric.cli.jobs_cmd import node_names, state_value
 from fabric.cli.node import add_width_flag, fit_lines, output_width, render_table
 
 __all__ = ["add_parser", "bundle_rows", "format_bundle", "format_bundles_table", "run_bundles"]
@@ -48,10 +48,10 @@ def bundle_rows(bundles: Sequence[Any], jobs: Sequence[Any], node_names: dict[st
             j = by_id.get(job_id)
             node_id = j.binding.node_id if j is not None and j.binding is not None else None
             members.append({"replica": REPLICAS[int(replica)] if replica in ("0", "1") else replica, "name": name,
-                            "job_id": job_id, "state": _value(j.state) if j is not None else "gone",
+                            "job_id": job_id, "state": state_value(j.state) if j is not None else "gone",
                             "node_id": node_id, "node": node_names.get(node_id) if node_id else None,
                             "restarts_last_hour": int(j.restarts_last_hour) if j is not None else 0})
-        rows.append({"bundle_id": b.bundle_id, "state": _value(b.state), "replicas": b.replicas,
+        rows.append({"bundle_id": b.bundle_id, "state": state_value(b.state), "replicas": b.replicas,
                      "reasons": list(b.reasons), "jobs": members})
     return rows
 
@@ -107,7 +107,7 @@ def run_bundles(args: argparse.Namespace) -> int:
         except RuntimeError as exc:  # the fabric (its scheduler) is not up here
             print(f"fabric bundles: {exc}", file=sys.stderr)
             return 1
-        names = _node_names(handle)
+        names = node_names(handle)
         if args.bundle_id is not None:
             bundles = [b for b in bundles if b.bundle_id == args.bundle_id]
             if not bundles:

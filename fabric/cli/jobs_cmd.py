@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from fabric.cli.node import _ago, add_width_flag, fit_lines, output_width, render_table
+from fabric.cli.tables import ago, add_width_flag, fit_lines, output_width, render_table
 
 __all__ = ["add_parser", "find_job", "format_job", "format_jobs_table", "job_rows", "run_jobs"]
 
@@ -39,7 +39,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 # -- pure: JobStatus -> rows -> text ----------------------------------------------------------------
-def _value(state: Any) -> str:
+def state_value(state: Any) -> str:
     return str(getattr(state, "value", state))
 
 
@@ -50,7 +50,7 @@ def job_rows(statuses: Sequence[Any], node_names: dict[str, str], history: bool 
     for st in statuses:
         node_id = st.binding.node_id if st.binding is not None else None
         row: dict[str, Any] = {
-            "job_id": st.job_id, "name": st.name, "state": _value(st.state),
+            "job_id": st.job_id, "name": st.name, "state": state_value(st.state),
             "node_id": node_id, "node": node_names.get(node_id) if node_id else None,
             "instance_key": st.binding.instance_key if st.binding is not None else None,
             "restarts_last_hour": int(st.restarts_last_hour), "bundle_id": st.bundle_id,
@@ -58,7 +58,7 @@ def job_rows(statuses: Sequence[Any], node_names: dict[str, str], history: bool 
             "reason": st.reason,
         }
         if history:
-            row["history"] = [{"at": at, "state": _value(state), "reason": reason} for at, state, reason in st.history]
+            row["history"] = [{"at": at, "state": state_value(state), "reason": reason} for at, state, reason in st.history]
         rows.append(row)
     return rows
 
@@ -109,7 +109,7 @@ def format_job(row: dict[str, Any], now: float, width: int | None = None) -> str
     ]
     for h in row.get("history") or ():
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h["at"]))
-        lines.append(f"  {stamp}  {_ago(now, h['at']):>10}  {h['state']:<10}  {h['reason']}".rstrip())
+        lines.append(f"  {stamp}  {ago(now, h['at']):>10}  {h['state']:<10}  {h['reason']}".rstrip())
     return fit_lines("\n".join(lines), width)
 
 
@@ -129,7 +129,7 @@ def find_job(statuses: Sequence[Any], wanted: str) -> tuple[Any | None, str | No
 
 
 # -- the command ----------------------------------------------------------------------------------
-def _node_names(handle: Any) -> dict[str, str]:
+def node_names(handle: Any) -> dict[str, str]:
     """Node id -> name from the registry (a record collected after its drain grace is missing:
     its jobs show the id)."""
     try:
@@ -155,7 +155,7 @@ def run_jobs(args: argparse.Namespace) -> int:
         except RuntimeError as exc:  # the fabric (its scheduler) is not up here
             print(f"fabric jobs: {exc}", file=sys.stderr)
             return 1
-        names = _node_names(handle)
+        names = node_names(handle)
         if args.job_id is None:
             rows = job_rows(statuses, names)
             print(json.dumps(rows, indent=2) if args.json else format_jobs_table(rows, output_width(args)))
@@ -170,3 +170,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     finally:
         if ours:
             ray.shutdown()
+
+_node_names = node_names  # the name it had (kept for callers that still use it)
+
+_value = state_value  # the name it had (kept for callers that still use it)

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from fabric.cli.node import _ago, add_width_flag, gpus_cell, output_width, render_table
+from fabric.cli.tables import ago, add_width_flag, gpus_cell, output_width, render_table
 
 __all__ = ["NODES_HEADER", "add_parser", "format_nodes_table", "node_rows", "resolve_pool", "run_nodes"]
 
@@ -102,7 +102,7 @@ def format_nodes_table(rows: Sequence[dict[str, Any]], now: float, width: int | 
             return -1
 
     body = [(row["name"], row["tier"], " ".join([row["status"], *row["flags"]]), f"{row['running']}/{row['max']}",
-             gpus_cell(row["gpus"]), _pool_cell(row), _ago(now, row["last_seen"]))
+             gpus_cell(row["gpus"]), _pool_cell(row), ago(now, row["last_seen"]))
             for row in sorted(rows, key=lambda r: (-rank(r["tier"]), r["name"], r["node_id"]))]
     lines, _ = render_table(NODES_HEADER, body, width, right=("RUN/MAX",), shrink=_NODES_SHRINK)
     if not rows:

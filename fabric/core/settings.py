@@ -20,18 +20,22 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from fabric.core.errors import SettingsError, SettingsProblem
 from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-exported where it always was
-    MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, _clip, _decode_settings, _parse_yaml, _read_settings_file,
+    MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, clip, decode_settings, parse_yaml, read_settings_file,
 )
 from fabric.core.settings_api import ApiSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
 from fabric.core.settings_routes import HostName, RouteSettings
-from fabric.core.settings_types import NonNegFloat, PositiveSeconds, _Model  # noqa: F401 - re-exported where they were
+from fabric.core.settings_types import NonNegFloat, PositiveSeconds, SettingsModel  # noqa: F401 - re-exported where they were
 from fabric.core.tiers import ComputeTier
+
+# The names these had here before they became public where they live (kept for their callers).
+_Model = SettingsModel
+_clip, _decode_settings, _parse_yaml, _read_settings_file = clip, decode_settings, parse_yaml, read_settings_file
 
 #: Most values (mappings, lists and scalars) in one settings document, aliases expanded.
 MAX_SETTINGS_VALUES = 100_000
 
-_M = TypeVar("_M", bound=_Model)
+_M = TypeVar("_M", bound=SettingsModel)
 
 
 def _tier(v: Any) -> ComputeTier:
@@ -46,7 +50,7 @@ def _tier(v: Any) -> ComputeTier:
     return ComputeTier.parse(v)
 
 
-class NodeShape(_Model):
+class NodeShape(SettingsModel):
     """A node an elastic pool tier can create."""
 
     name: str = Field(min_length=1)
@@ -69,7 +73,7 @@ class NodeShape(_Model):
     _v_tier = field_validator("tier", mode="before")(classmethod(lambda cls, v: _tier(v)))
 
 
-class PoolTier(_Model):
+class PoolTier(SettingsModel):
     """One homogeneous capacity segment of a pool (seed 000's PlacementTier)."""
 
     name: str = Field(min_length=1)
@@ -102,7 +106,7 @@ class PoolTier(_Model):
         return "interruptible" if self.launch_mode == "spot" else "durable"
 
 
-class Pool(_Model):
+class Pool(SettingsModel):
     """A named, ordered list of pool tiers: the order is the cost cascade (cheapest first)."""
 
     name: str = Field(min_length=1)
@@ -111,7 +115,7 @@ class Pool(_Model):
     """Pool tiers in cost order."""
 
 
-class OperationSpec(_Model):
+class OperationSpec(SettingsModel):
     """A named requirement preset (seed 002's FrameDispatcher tags)."""
 
     min_tier: ComputeTier = ComputeTier.RELAY
@@ -158,7 +162,7 @@ def _default_operations() -> dict[str, OperationSpec]:
     }
 
 
-class HealthSettings(_Model):
+class HealthSettings(SettingsModel):
     """Seed 002 §4's health timings. All configurable, all testable with small values."""
 
     heartbeat_interval_s: PositiveSeconds = 30.0
@@ -182,7 +186,7 @@ class HealthSettings(_Model):
     """How often a probe actor re-probes its node for degradation."""
 
 
-class FailurePolicySettings(_Model):
+class FailurePolicySettings(SettingsModel):
     """Restart ceilings (seed 000: a rate per trailing hour)."""
 
     max_restarts_per_hour: Annotated[int, Field(ge=0)] = 6
@@ -195,7 +199,7 @@ class FailurePolicySettings(_Model):
     """Consecutive recoveries of one job are at least this far apart."""
 
 
-class HotSpareSettings(_Model):
+class HotSpareSettings(SettingsModel):
     """Hot spares kept warm for one pool (seed 000 § Hot spares)."""
 
     pool: str
@@ -222,15 +226,15 @@ def _artifact_uri(v: str) -> str:
     scheme, sep, rest = v.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in ARTIFACT_SCHEMES:
-        raise ValueError(f"an artifact is a file://, http:// or https:// URI, got {_clip(v, 120)!r}")
+        raise ValueError(f"an artifact is a file://, http:// or https:// URI, got {clip(v, 120)!r}")
     host, _, path = rest.partition("/")
     if (scheme == "file") == bool(host) or path.rsplit("/", 1)[-1] in ("", ".", ".."):
         form = "file:///abs/dir/name" if scheme == "file" else f"{scheme}://host/dir/name"
-        raise ValueError(f"an artifact URI is {form} (ending in a file name), got {_clip(v, 120)!r}")
+        raise ValueError(f"an artifact URI is {form} (ending in a file name), got {clip(v, 120)!r}")
     return v
 
 
-class TemplateSettings(_Model):
+class TemplateSettings(SettingsModel):
     """A job template's artifacts (seed 000 ``templateImages``): what warmth counts and spares fetch."""
 
     artifacts: tuple[Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_artifact_uri)], ...] = ()
@@ -246,7 +250,7 @@ def template_artifacts(settings: "FabricSettings", template: str | None) -> tupl
     return entry.artifacts if entry is not None and entry.artifacts else (template,)
 
 
-class ScalingSettings(_Model):
+class ScalingSettings(SettingsModel):
     """Burst and utilisation scaling (seed 002 § Scaling Mechanisms; ``fabric.core.scheduling.scaling``)."""
 
     enabled: bool = True
@@ -269,7 +273,7 @@ class ScalingSettings(_Model):
     """... for this long scales idle provisioned nodes down to their pool tier's ``min_nodes``."""
 
 
-class StoreSettings(_Model):
+class StoreSettings(SettingsModel):
     """Where the fabric keeps its durable state: the registry's node records (``fabric.db``) and the
     scheduler's jobs, bundles, events, drains and notices (``fabric.jobs.db``), side by side."""
 
@@ -303,14 +307,14 @@ class StoreSettings(_Model):
         return None if self.url is None else self.url[len("sqlite:///"):]
 
 
-class NodeOverride(_Model):
+class NodeOverride(SettingsModel):
     """Per-node overrides of probed limitations, keyed by node name in ``FabricSettings.nodes``."""
 
     max_concurrent_tasks: Annotated[int, Field(ge=1)] | None = None
     """Replaces the probed ``max_concurrent_tasks`` (None: keep the probe's)."""
 
 
-class FabricSettings(_Model):
+class FabricSettings(SettingsModel):
     """The whole fabric's configuration. Zero configuration is a working fabric."""
 
     pools: tuple[Pool, ...] = Field(default=(Pool(name="default"),), min_length=1)
@@ -382,8 +386,8 @@ class FabricSettings(_Model):
         if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
             raise SettingsError([SettingsProblem("not_a_path", "", f"a settings file path is a str or Path, got {type(path).__name__}")])
         p = Path(path)
-        text = _decode_settings(_read_settings_file(p), str(p))
-        return cls.load(_parse_yaml(text, str(p)) or {})
+        text = decode_settings(read_settings_file(p), str(p))
+        return cls.load(parse_yaml(text, str(p)) or {})
 
     def problems(self) -> list[SettingsProblem]:
         """Every semantic problem (structure is already valid): duplicates, unknown references,
@@ -427,11 +431,11 @@ class FabricSettings(_Model):
 def _part(key: Any) -> str:
     """One dotted-path component, shown safely whatever the key is (a 5,000-digit int, a tuple)."""
     if isinstance(key, str):
-        return _clip(key, 80)
+        return clip(key, 80)
     if isinstance(key, int) and not isinstance(key, bool) and -(10**30) < key < 10**30:
         return str(key)
     if isinstance(key, (int, float, bool)) or key is None:
-        return _clip(repr(key) if not isinstance(key, int) else f"<{key.bit_length()}-bit int>", 80)
+        return clip(repr(key) if not isinstance(key, int) else f"<{key.bit_length()}-bit int>", 80)
     return f"<{type(key).__name__}>"
 
 

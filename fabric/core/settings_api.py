@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from fabric.core.settings_types import _Model
+from fabric.core.settings_types import SettingsModel
 
 Port = Annotated[int, Field(ge=0, le=65535)]
 
@@ -40,7 +40,7 @@ def check_bind(host: str, allow_remote: bool) -> None:
         raise ValueError(remote_refusal(host))
 
 
-class ApiSettings(_Model):
+class ApiSettings(SettingsModel):
     """The operator API: a gRPC service and a read-only JSON view, served by an actor on the head."""
 
     allow_remote: bool = False

@@ -18,7 +18,7 @@ MAX_SETTINGS_BYTES = 1 << 20
 MAX_SETTINGS_DEPTH = 32
 
 
-def _read_settings_file(p: Path) -> bytes:
+def read_settings_file(p: Path) -> bytes:
     """The bytes of settings file ``p``: a regular file of at most ``MAX_SETTINGS_BYTES``
     (``fabric.core.bounded_read``: a FIFO or a device never blocks the read)."""
     data, kind, why = read_regular(p, MAX_SETTINGS_BYTES)
@@ -34,7 +34,7 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (code
          (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
-def _decode_settings(data: bytes, where: str) -> str:
+def decode_settings(data: bytes, where: str) -> str:
     """UTF-8 text, or UTF-16/32 when a byte-order mark says so (YAML 1.1 allows both)."""
     encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
     try:
@@ -50,7 +50,7 @@ class _TooDeep(Exception):
         self.line = line
 
 
-def _parse_yaml(text: str, where: str) -> Any:
+def parse_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load(text)`` with the nesting bounded while composing (PyYAML's composer
     recurses once per level) and every parser failure a ``SettingsError``."""
     import yaml  # only needed at this edge
@@ -74,17 +74,25 @@ def _parse_yaml(text: str, where: str) -> Any:
     except _TooDeep as exc:
         raise SettingsError([SettingsProblem("too_deep", where, f"settings nest deeper than {MAX_SETTINGS_DEPTH} levels (line {exc.line})")]) from exc
     except yaml.YAMLError as exc:
-        raise SettingsError([SettingsProblem("bad_yaml", where, f"not valid YAML: {_clip(str(exc))}")]) from exc
+        raise SettingsError([SettingsProblem("bad_yaml", where, f"not valid YAML: {clip(str(exc))}")]) from exc
     except RecursionError as exc:  # a parser path the depth bound does not cover: still refused
         raise SettingsError([SettingsProblem("too_deep", where, "settings nest too deeply for the YAML parser")]) from exc
     except (ValueError, OverflowError, TypeError) as exc:
         # PyYAML's constructors raise these for values its resolver matched but cannot build:
         # "0x_" (int("", 16)), "2001-13-01" (month must be in 1..12), a 5,000-digit integer.
-        raise SettingsError([SettingsProblem("bad_yaml", where, f"not valid YAML: a value cannot be read: {_clip(str(exc))}")]) from exc
+        raise SettingsError([SettingsProblem("bad_yaml", where, f"not valid YAML: a value cannot be read: {clip(str(exc))}")]) from exc
     finally:
         if loader is not None:
             loader.dispose()
 
 
-def _clip(text: str, limit: int = 300) -> str:
+def clip(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+_read_settings_file = read_settings_file  # the name it had (kept for callers that still use it)
+
+_decode_settings = decode_settings  # the name it had (kept for callers that still use it)
+
+_parse_yaml = parse_yaml  # the name it had (kept for callers that still use it)
+
+_clip = clip  # the name it had (kept for callers that still use it)

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
-from fabric.core.settings_types import NonNegFloat, PositiveSeconds, _Model
+from fabric.core.settings_types import NonNegFloat, PositiveSeconds, SettingsModel
 
 Strategy = Literal["stop_then_start", "overlap", "handover"]
 """A migration strategy's wire name (``fabric.core.jobs.migration.MigrationStrategy`` values)."""
@@ -22,7 +22,7 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 """Every migration strategy, in the order the settings list them."""
 
 
-class MigrationSettings(_Model):
+class MigrationSettings(SettingsModel):
     """Per-phase deadlines of a migration saga (seed 000 § Migration): an expiry before the point
     of no return rolls back (the source keeps running), after it the saga fails forward."""
 
@@ -46,7 +46,7 @@ class MigrationSettings(_Model):
     """How long ``fabric.down()`` waits for in-flight migrations to roll back (or fail forward)."""
 
 
-class RebalanceSettings(_Model):
+class RebalanceSettings(SettingsModel):
     """Jobs placed below their ``min_tier`` (by fallback) move up when better capacity joins (seed
     002 § reconfiguration: node added -> rebalance). Tasks need nothing: new calls go to the best tier."""
 
@@ -63,7 +63,7 @@ class RebalanceSettings(_Model):
     """How long a joined node must have been serving before jobs move onto it."""
 
 
-class DrainSettings(_Model):
+class DrainSettings(SettingsModel):
     """Drain timeouts, and how an interruption notice sizes its forced drain (seed 000 § Spot interruption)."""
 
     timeout_s: PositiveSeconds = 300.0

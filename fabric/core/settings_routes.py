@@ -22,7 +22,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from fabric.core.settings_types import _Model
+from fabric.core.settings_types import SettingsModel
 
 MAX_HOST = 253
 """Most characters in a route's host name (DNS)."""
@@ -73,7 +73,7 @@ HostName = Annotated[str, AfterValidator(_host)]
 """A route's host name (see ``host_problem``)."""
 
 
-class RouteSettings(_Model):
+class RouteSettings(SettingsModel):
     """One edge route: requests for its host go to a job's declared host port, on whichever node runs the job."""
 
     job: Annotated[str, Field(min_length=1, max_length=MAX_JOB_NAME), AfterValidator(_job_name)]

@@ -14,5 +14,7 @@ PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class _Model(BaseModel):
+class SettingsModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+_Model = SettingsModel  # the name it had (kept for callers that still use it)

@@ -139,10 +139,10 @@ class JobMethod:
         self._job, self._name = job, name
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self._job._instance(), self._name).remote(*args, **kwargs)
+        return getattr(self._job.instance_actor(), self._name).remote(*args, **kwargs)
 
     def options(self, **options: Any) -> Any:
-        return getattr(self._job._instance(), self._name).options(**options)
+        return getattr(self._job.instance_actor(), self._name).options(**options)
 
 
 class JobHandle:
@@ -172,7 +172,7 @@ class JobHandle:
     def _where(self) -> JobInstance:
         return connected().api().job_instance(self.job_id)
 
-    def _instance(self) -> Any:
+    def instance_actor(self) -> Any:
         """The running instance's actor handle, waiting for one up to ``call_timeout_s``."""
         now = time.monotonic()
         with self._lock:
@@ -220,7 +220,7 @@ class JobHandle:
         try:
             with self._lock:
                 self._actor = None
-            self._instance()
+            self.instance_actor()
         finally:
             self.call_timeout_s = saved
         return self

@@ -25,7 +25,7 @@ Why this shape (Ray 2.60):
   ``RAY_FAKE_CLUSTER`` in the monitor's environment; ``FakeProvider`` sets it itself.
 - Token auth (``RAY_AUTH_MODE=token``) needs nothing special: the monitor and the raylets it
   starts inherit ``RAY_AUTH_MODE`` and read the same token file (``~/.ray/auth_token``, made by
-  ``LocalFabric``'s ``_ensure_auth_token`` when missing) as the head.
+  ``LocalFabric``'s ``ensure_auth_token`` when missing) as the head.
 - The raylets the fake provider starts are not the head's children: one the autoscaler has not
   terminated when the head stops would outlive it (and a node appears in ``ray.nodes()`` before
   the provider's ``Node`` constructor returns). So ``FakeProvider`` logs every process the monitor
@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping
 
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID, FakeMultiNodeProvider
 
-from fabric.testing.local import FAST_HEALTH_CHECKS, _ensure_auth_token, _free_port
+from fabric.testing.local import FAST_HEALTH_CHECKS, ensure_auth_token, free_port
 
 __all__ = ["FakeProvider", "FakeAutoscalingCluster", "autoscaling_config", "FAKE_HEAD_NODE_ID", "MODULE"]
 
@@ -164,8 +164,8 @@ class FakeAutoscalingCluster:
         self.cluster: Any = None
         self._connected = False
         atexit.register(self.close)
-        _ensure_auth_token()
-        port = _free_port()
+        ensure_auth_token()
+        port = free_port()
         self.config = autoscaling_config(node_types, gcs_address=f"127.0.0.1:{port}", head_resources={"CPU": head_cpus},
                                          state_dir=str(self.state_dir), idle_timeout_minutes=idle_timeout_minutes)
         self.config_path = Path(self._tmp.name) / "autoscaler.json"

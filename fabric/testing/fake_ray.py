@@ -58,7 +58,7 @@ class _Method:
         self._handle, self._name = handle, name
 
     def remote(self, *args: Any, **kwargs: Any) -> _Ref:
-        return self._handle._call(self._name, args, kwargs)
+        return self._handle.call(self._name, args, kwargs)
 
 
 class FakeHandle:
@@ -84,7 +84,7 @@ class FakeHandle:
             raise AttributeError(name)
         return _Method(self, name)
 
-    def _call(self, method: str, args: tuple, kwargs: dict) -> _Ref:
+    def call(self, method: str, args: tuple, kwargs: dict) -> _Ref:
         self.calls.append((method, args, kwargs))
         if self.away:
             return _Ref(error=ActorGone(f"actor {self._name or '?'} is away"))

@@ -60,7 +60,7 @@ def recording_node_spec(recording: str, name: str, *, max_slots: int | None = No
                      zone=zone).cluster_kwargs()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A TCP port free on loopback now (the OS picks it)."""
     import socket
 
@@ -69,7 +69,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _ensure_auth_token() -> None:
+def ensure_auth_token() -> None:
     """Token auth as ``ray.init()`` has it for a new local cluster: on unless ``RAY_AUTH_MODE`` says
     otherwise (tests may set ``disabled`` explicitly), with ``~/.ray/auth_token`` generated when
     missing. ``Cluster`` alone would start with auth off when the variable is unset, and a
@@ -133,11 +133,11 @@ class LocalFabric:
         self.timings: dict[str, float] = {}
         self.node_ip_address = node_ip_address
         t0 = time.monotonic()
-        _ensure_auth_token()
+        ensure_auth_token()
         try:
             self.dashboard = dashboard
-            dash = {"dashboard_host": "127.0.0.1", "dashboard_port": _free_port(),
-                    "dashboard_agent_listen_port": _free_port()} if dashboard else {}
+            dash = {"dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
+                    "dashboard_agent_listen_port": free_port()} if dashboard else {}
             self.cluster = Cluster(initialize_head=True, head_node_args=dict(
                 num_cpus=head_cpus, include_dashboard=dashboard, **dash, **({"env_vars": env} if env else {}),
                 **({"node_ip_address": node_ip_address} if node_ip_address else {}),
@@ -196,7 +196,7 @@ class LocalFabric:
         if getattr(self, "dashboard", False):
             # Every raylet starts a dashboard agent; on one machine they need distinct ports, or
             # the head's agent loses its port and Ray's job API has no agent to submit through.
-            spec["dashboard_agent_listen_port"] = _free_port()
+            spec["dashboard_agent_listen_port"] = free_port()
         ray_node = self.cluster.add_node(**spec)
         node = LocalNode(name=name, profile=profile, node_id=ray_node.node_id, ray_node=ray_node,
                          resources=spec["resources"], labels=spec["labels"])
@@ -378,3 +378,7 @@ class LocalFabric:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+_free_port = free_port  # the name it had (kept for callers that still use it)
+
+_ensure_auth_token = ensure_auth_token  # the name it had (kept for callers that still use it)

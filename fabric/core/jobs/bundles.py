@@ -59,7 +59,7 @@ PoolName = Annotated[str, Field(min_length=1, max_length=MAX_POOL_NAME), AfterVa
 _REQUIREMENT_FIELDS = frozenset(inspect.signature(Requirement).parameters)
 
 
-def _no_defaults(cls: Any) -> JobSpec | None:
+def no_defaults(cls: Any) -> JobSpec | None:
     return None
 
 
@@ -348,7 +348,7 @@ class Bundle(_Model):
         return frozenset(out - mine - self.separated_from(name))
 
     # -- expansion and placement context ---------------------------------------------------------
-    def expand(self, defaults_for: Callable[[Any], JobSpec | None] = _no_defaults, *,
+    def expand(self, defaults_for: Callable[[Any], JobSpec | None] = no_defaults, *,
                settings: FabricSettings | None = None) -> list[ReplicaJob]:
         """One ``ReplicaJob`` per replica and job, replica 0 first, jobs in bundle order: replica 0
         from the bundle's pool, replica 1 (with a resilience policy) from ``resilience.pool`` or the
@@ -445,3 +445,5 @@ class BundleStatus(_Model):
     @classmethod
     def _state_value(cls, v: object) -> object:
         return getattr(v, "value", v)  # a BundleState member is accepted as its value
+
+_no_defaults = no_defaults  # the name it had (kept for callers that still use it)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Literal
 
 from fabric.core.capabilities import ROLES, GpuVendor
 from fabric.core.errors import InvalidSpecError, RequirementError
-from fabric.core.jobs.bundles import Bundle, BundleJob, _no_defaults
+from fabric.core.jobs.bundles import Bundle, BundleJob, no_defaults
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.placement import Decision, FleetView, NodeRecord, Peer, PlacementContext, Requirement, dry_run, place
@@ -90,7 +90,7 @@ class Admission:
 
 # -- static checks -------------------------------------------------------------------------------
 def validate_bundle(bundle: Bundle, settings: FabricSettings, fleet: FleetView | None = None, *,
-                    defaults_for: DefaultsFor = _no_defaults) -> ValidationReport:
+                    defaults_for: DefaultsFor = no_defaults) -> ValidationReport:
     """Every error and warning of ``bundle`` against ``settings`` (and ``fleet``); never raises on
     a bundle the models accepted. ``defaults_for(cls)`` gives a job class's decorator defaults."""
     errors: list[ValidationIssue] = []
@@ -273,7 +273,7 @@ def _some_shape_fits(settings: FabricSettings, pool: str, req: Requirement, ctx:
 
 # -- placement viability --------------------------------------------------------------------------
 def validate_bundle_admission(bundle: Bundle, settings: FabricSettings, fleet: FleetView, *,
-                              defaults_for: DefaultsFor = _no_defaults) -> Admission:
+                              defaults_for: DefaultsFor = no_defaults) -> Admission:
     """"Would each replica place right now?": the validation errors first; else every replica's
     jobs placed in order on ``fleet.copy()`` and what would not place (``no_capacity``)."""
     report = validate_bundle(bundle, settings, defaults_for=defaults_for)
@@ -290,7 +290,7 @@ def validate_bundle_admission(bundle: Bundle, settings: FabricSettings, fleet: F
 
 
 def place_dry_run(bundle: Bundle, settings: FabricSettings, fleet: FleetView, replica: int, job: str, *,
-                  defaults_for: DefaultsFor = _no_defaults) -> Decision:
+                  defaults_for: DefaultsFor = no_defaults) -> Decision:
     """One replica's job through the engine with its trace, acting on nothing: the job's earlier
     peers (for the backup, the primary first) are placed on a copy of ``fleet`` so the rules apply.
     ``InvalidSpecError`` naming ``replica`` or ``job`` when the bundle has no such one."""

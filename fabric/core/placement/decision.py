@@ -16,7 +16,7 @@ from fabric.core.placement.trace import PlacementTrace
 from fabric.core.settings import NodeShape
 from fabric.core.tiers import ComputeTier
 
-_ALLOC_IDS = itertools.count(1)
+ALLOC_IDS = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -40,7 +40,7 @@ class Allocation:
     """A long-running job bound to the node by this allocation."""
     template: str | None = None
     exclusive: bool = False
-    allocation_id: int = field(default_factory=lambda: next(_ALLOC_IDS))
+    allocation_id: int = field(default_factory=lambda: next(ALLOC_IDS))
 
 
 class Decision:
@@ -137,3 +137,5 @@ class Decision:
 
     def __repr__(self) -> str:
         return f"<Decision {self.summary()}>"
+
+_ALLOC_IDS = ALLOC_IDS  # the name it had (kept for callers that still use it)

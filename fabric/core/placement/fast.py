@@ -146,7 +146,7 @@ def _plan(fleet: FleetView, req: Requirement, avoid: bool, pool: str, pts) -> li
         for pt in pts:
             groups = tuple(
                 tuple(
-                    tuple(fleet._bucket((pool, pt.name, r, launching, spare, c)) for spare in spares for c in classes)
+                    tuple(fleet.bucket((pool, pt.name, r, launching, spare, c)) for spare in spares for c in classes)
                     for r in ranks
                 )
                 for launching in (False, True) for spares in spare_groups

@@ -203,7 +203,7 @@ class FleetView:
             changes["pool_tier"] = self._fixed_tier[pool]
         if old is not None and keep_usage:
             changes.update({f: getattr(old, f) for f in _USAGE_FIELDS})
-        rec = rec.evolve(**changes) if changes else rec._copy()  # the fleet owns its records
+        rec = rec.evolve(**changes) if changes else rec.copy()  # the fleet owns its records
         if old is not None:
             self._unindex(old)
         self._put(rec.node_id, rec)
@@ -291,7 +291,7 @@ class FleetView:
             raise NodeNotFoundError(node_id)
         d = rec.__dict__
         if d["_gen"] <= self._cow_gen:
-            rec = rec._copy()
+            rec = rec.copy()
             self._put(node_id, rec)
             d = rec.__dict__
         return rec, d
@@ -317,10 +317,10 @@ class FleetView:
             lst = self.buckets[old_key]
             del lst[bisect_left(lst, old_entry)]
         if key is not None:
-            insort(self._bucket(key), entry)
+            insort(self.bucket(key), entry)
         d["_bk"], d["_entry"] = key, entry
 
-    def _bucket(self, key: tuple) -> list:
+    def bucket(self, key: tuple) -> list:
         lst = self.buckets.get(key)
         if lst is None:
             lst = self.buckets[key] = []
@@ -335,7 +335,7 @@ class FleetView:
             self.members.setdefault((rec.pool, rec.pool_tier, rec._rank), set()).add(rec.node_id)
         key, entry = self._placement(rec)
         if key is not None:
-            insort(self._bucket(key), entry)
+            insort(self.bucket(key), entry)
         d["_bk"], d["_entry"] = key, entry
 
     def _unindex(self, rec: NodeRecord) -> None:

@@ -212,7 +212,7 @@ class NodeRecord:
         d["_eligible"] = d["status"] is NodeStatus.ACTIVE and not flap_held and not d["unhealthy"] and not cordoned
         return new
 
-    def _copy(self) -> "NodeRecord":
+    def copy(self) -> "NodeRecord":
         """Hot-path copy (copy-on-write before a reservation change): same data, new generation."""
         new = object.__new__(NodeRecord)
         d = self.__dict__.copy()

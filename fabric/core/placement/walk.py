@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator
 
 from fabric.core.placement.context import PlacementContext
-from fabric.core.placement.decision import _ALLOC_IDS, Allocation, Decision
+from fabric.core.placement.decision import ALLOC_IDS, Allocation, Decision
 from fabric.core.placement.trace import PlacementTrace
 from fabric.core.placement.records import NodeRecord
 from fabric.core.placement.requirement import Requirement
@@ -57,7 +57,7 @@ def placed(rec: NodeRecord, req: Requirement, ctx: PlacementContext, level: Comp
     else:
         gpu_index, frac = None, 0.0
     alloc = Allocation(rec.node_id, req.num_cpus, req.memory_mib, gpu_index, frac, gpus, req.ports, 1,
-                       ctx.job_id, ctx.template, req.exclusive, next(_ALLOC_IDS))
+                       ctx.job_id, ctx.template, req.exclusive, next(ALLOC_IDS))
     # built slot by slot: this is the hot path, and keyword parsing is a measurable share of it
     d = object.__new__(Decision)
     d.status = "placed"
