@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 from ray import cloudpickle
 
 from fabric.core.errors import InvalidSpecError, JobNotFoundError
-from fabric.core.jobs import JobBook, JobSpec
+from fabric.core.jobs import BundleState, JobBook, JobSpec
 from fabric.core.jobs.book import Instruction
 from fabric.core.jobs.bundles import Bundle, BundleStatus
 from fabric.core.jobs.validation import Admission, ValidationReport, place_dry_run, validate_bundle, validate_bundle_admission
@@ -133,7 +133,7 @@ class BundleOps:
         wanted = {(rj.replica, rj.name): rj for rj in b.expand(defaults_for, settings=self.runner.scheduler.settings)}
         out: list = []
         self.runner.book.add_bundle(b.bundle_id, b)
-        rec.state, rec.reasons = "live", []
+        self.runner.book.set_bundle_state(b.bundle_id, BundleState.LIVE, reasons=[])
         for key, job_id in list(rec.jobs.items()):
             job = self.runner.book.jobs.get(job_id)
             if key not in wanted:
@@ -165,8 +165,7 @@ class BundleOps:
         rec = self._bundle(bundle_id)
         now = self.runner.clock()
         out: list = []
-        rec.state = "deleting"
-        self.runner.book.dirty_bundles.add(bundle_id)
+        self.runner.book.set_bundle_state(bundle_id, BundleState.DELETING)
         for job_id in rec.jobs.values():
             if job_id in self.runner.book.jobs:
                 out += self.runner.book.stop(job_id, now, reason="bundle deleted")

@@ -301,3 +301,19 @@ def test_a_co_location_group_inherits_its_members_separations():
     # and c, placed again while b alone runs, keeps off b's node (a will join b there)
     assert b.context(0, "c", peers=[("b", "n1")]).separate_nodes == {"n1"}
     assert b.context(0, "a").group_separate_from == ()  # a's own rule is in separate_from
+
+
+def test_a_bundles_state_moves_only_through_its_lifecycle():
+    """``JobBook.set_bundle_state`` checks ``BUNDLE_LIFECYCLE``: deleting is terminal."""
+    from fabric.core.errors import TransitionError
+    from fabric.core.jobs import BundleState, JobBook
+    from fabric.core.settings import FabricSettings
+
+    book = JobBook(FabricSettings().failure, FabricSettings())
+    book.add_bundle("b", None)
+    book.set_bundle_state("b", BundleState.BROKEN, reasons=["lost"])
+    assert book.bundles["b"].state == "broken" and book.bundles["b"].reasons == ["lost"]
+    book.set_bundle_state("b", BundleState.LIVE, reasons=[])
+    book.set_bundle_state("b", BundleState.DELETING)
+    with pytest.raises(TransitionError, match="bundle b"):
+        book.set_bundle_state("b", BundleState.LIVE)

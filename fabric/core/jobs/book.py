@@ -26,7 +26,7 @@ from fabric.core.errors import InvalidSpecError, JobNotFoundError
 from fabric.core.jobs.bundles import Bundle
 from fabric.core.jobs.restarts import Restart, ceiling, restarts_last_hour, verdict
 from fabric.core.jobs.spec import JobSpec
-from fabric.core.jobs.states import JOB_LIFECYCLE, LIVE_STATES, JobState
+from fabric.core.jobs.states import BUNDLE_LIFECYCLE, JOB_LIFECYCLE, LIVE_STATES, BundleState, JobState
 from fabric.core.placement import Peer, PlacementContext, Requirement
 from fabric.core.settings import FabricSettings, FailurePolicySettings, template_artifacts
 
@@ -334,13 +334,22 @@ class JobBook:
             return out
         return out + self.break_bundle(rec.bundle_id, f"{spec.name} (replica {rec.replica}): {v.reason}", now)
 
+    def set_bundle_state(self, bundle_id: str, to: BundleState, reasons: list[str] | None = None) -> None:
+        """Move a bundle through ``BUNDLE_LIFECYCLE`` (live, broken, deleting; staying put is a no-op);
+        ``reasons`` replace its reasons when given. A move the table refuses raises ``TransitionError``."""
+        b = self.bundles[bundle_id]
+        b.state = BUNDLE_LIFECYCLE.check(f"bundle {bundle_id}", BundleState(b.state), to).value
+        if reasons is not None:
+            b.reasons = list(reasons)
+        self.dirty_bundles.add(bundle_id)
+
     def break_bundle(self, bundle_id: str, reason: str, now: float) -> list[Instruction]:
         """An essential job was lost: the bundle is broken, every other job of it stops, and
         nothing of it is placed until it is updated."""
         b = self.bundles[bundle_id]
         out: list[Instruction] = []
         if b.state != "broken":
-            b.state = "broken"
+            self.set_bundle_state(bundle_id, BundleState.BROKEN)
             b.reasons.append(reason)
             self.dirty_bundles.add(bundle_id)
             out.append(JobEvent("bundle_broken", {"bundle_id": bundle_id, "reason": reason}))
