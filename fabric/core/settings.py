@@ -25,6 +25,7 @@ from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-export
 from fabric.core.settings_api import ApiSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
 from fabric.core.settings_routes import HostName, RouteSettings
+from fabric.core.settings_store import StoreSettings
 from fabric.core.settings_types import NonNegFloat, PositiveSeconds, SettingsModel  # noqa: F401 - re-exported where they were
 from fabric.core.tiers import ComputeTier
 
@@ -271,40 +272,6 @@ class ScalingSettings(SettingsModel):
     """A pool's utilisation under this (its queue empty) ..."""
     low_window_s: PositiveSeconds = 900.0
     """... for this long scales idle provisioned nodes down to their pool tier's ``min_nodes``."""
-
-
-class StoreSettings(SettingsModel):
-    """Where the fabric keeps its durable state: the registry's node records (``fabric.db``) and the
-    scheduler's jobs, bundles, events, drains and notices (``fabric.jobs.db``), side by side."""
-
-    url: str | None = None
-    """``sqlite:///DIR``: the folder of both files (``DIR/fabric.db``, ``DIR/fabric.jobs.db``).
-    None: ``path`` when set, else the per-cluster default folder. Takes precedence over ``path``."""
-    kind: Literal["sqlite"] = "sqlite"
-    """Store backend; SQLite (WAL) on the head node. A server database is a later option."""
-    path: str | None = None
-    """The node store's SQLite file (the jobs store is ``<stem>.jobs.db`` beside it); None:
-    ``~/.local/share/adaptive-fabric/clusters/<head address>/fabric.db`` on the head node
-    (``$XDG_DATA_HOME`` when set), a stable per-cluster path that outlives a head restart on the
-    same address (Ray's session directory would not)."""
-
-    @field_validator("url")
-    @classmethod
-    def _sqlite_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        prefix = "sqlite:///"
-        if not isinstance(value, str) or not value.startswith(prefix) or len(value) <= len(prefix):
-            raise ValueError(f"must be {prefix}DIR (a folder for fabric.db and fabric.jobs.db), got {value!r}")
-        if "\x00" in value or "?" in value or "#" in value:
-            raise ValueError(f"a store folder has no NUL, query or fragment, got {value!r}")
-        return value
-
-    @property
-    def folder(self) -> str | None:
-        """The folder ``url`` names (``sqlite:///DIR`` -> ``DIR``: ``sqlite:////abs`` and
-        ``sqlite:///~/x`` as written), or None without a url."""
-        return None if self.url is None else self.url[len("sqlite:///"):]
 
 
 class NodeOverride(SettingsModel):
