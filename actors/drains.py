@@ -38,7 +38,7 @@ from fabric.core.names import HEALTH
 from fabric.core.jobs.rebalance import Candidate, choose
 from fabric.core.placement import dry_run
 from fabric.core.scheduling import Cordoned, DrainRequested
-from fabric.store.job_rows import decode_drain, decode_notice, encode_drain, encode_notice
+from fabric.store.job_rows import decode_drain, decode_notice, encode_drain, encode_notice, read_rows
 
 RETRY_S = 2.0
 """How often a job that could not move is tried again while its drain has time left."""
@@ -68,12 +68,7 @@ class DrainRunner:
         """Read back the drains and reclaim notices a scheduler before this one kept (a restart):
         every drain, in progress or ended; every notice, its node again under notice (what dies with
         it is not counted). ``resume`` carries the drains in progress on once the fleet is known."""
-        for key, blob in store.state("drain"):
-            try:
-                d = decode_drain(blob)
-            except Exception as exc:  # an unreadable row: say so, keep the rest
-                print(f"[fabric.drains] drain {key!r} could not be read back: {type(exc).__name__}: {exc}")
-                continue
+        for key, blob, d in read_rows(store, "drain", decode_drain, "drains"):
             self.drains.adopt(d)
             self._written[("drain", key)] = blob
         for node_id, blob in store.state("notice"):

@@ -36,7 +36,7 @@ from fabric.core.jobs.migration import (
 )
 from fabric.core.jobs.migration import FINISHED_KEPT
 from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
-from fabric.store.job_rows import decode_migration, encode_migration
+from fabric.store.job_rows import decode_migration, encode_migration, read_rows
 
 HANDOVER_HOOKS = ("__fabric_ready__", "__fabric_cut__", "__fabric_resume__")
 STOP_GRACE_S = 10.0
@@ -71,12 +71,7 @@ class MigrationRunner:
         """Read back the sagas a scheduler before this one kept (a restart): those in flight, and
         the newest ``FINISHED_KEPT`` that ended. ``resume`` carries the ones in flight on."""
         finished = []
-        for key, blob in store.state("migration"):
-            try:
-                m = decode_migration(blob)
-            except Exception as exc:  # an unreadable row: say so, keep the rest
-                print(f"[fabric.migrations] migration {key!r} could not be read back: {type(exc).__name__}: {exc}")
-                continue
+        for _key, _blob, m in read_rows(store, "migration", decode_migration, "migrations"):
             if m.terminal:
                 finished.append(m)
             else:

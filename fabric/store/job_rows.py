@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from typing import Any
+from typing import Any, Callable, Iterator, TypeVar
 
 from ray import cloudpickle
 
@@ -21,6 +21,8 @@ from fabric.core.jobs.rows import (
     migration_from_row, migration_row, notice_from_row, notice_row,
 )
 from fabric.core.jobs.migration import Migration
+
+T = TypeVar("T")
 
 
 def _dumps(row: dict[str, Any]) -> bytes:
@@ -98,6 +100,18 @@ def decode_notice(blob: bytes, drain: NodeDrain | None) -> NodeInterruptionState
     return notice_from_row(_loads(blob, "notice"), drain)
 
 
+def read_rows(store: Any, kind: str, decode: Callable[[bytes], T], who: str) -> Iterator[tuple[str, bytes, T]]:
+    """The ``state`` rows of ``kind`` in ``store``, decoded: ``(key, blob, value)`` each. A row that
+    cannot be read is said (``[fabric.<who>] ...``) and skipped: the rest are read."""
+    for key, blob in store.state(kind):
+        try:
+            value = decode(blob)
+        except Exception as exc:
+            print(f"[fabric.{who}] {kind} {key!r} could not be read back: {type(exc).__name__}: {exc}")
+            continue
+        yield key, blob, value
+
+
 # -- the first format (schema 0) --------------------------------------------------------------------
 def from_pickled_job(blob: bytes) -> bytes:
     """A schema-0 job row (a pickled ``JobRecord``) as a schema-1 row."""
@@ -120,5 +134,5 @@ def from_pickled_event(blob: bytes) -> bytes:
 
 
 __all__ = ["decode_bundle", "decode_drain", "decode_event", "decode_job", "decode_migration", "decode_notice",
-           "encode_bundle", "encode_drain", "encode_event", "encode_job", "encode_migration", "encode_notice", "from_pickled_bundle", "from_pickled_event",
+           "encode_bundle", "encode_drain", "encode_event", "encode_job", "encode_migration", "encode_notice", "read_rows", "from_pickled_bundle", "from_pickled_event",
            "from_pickled_job"]

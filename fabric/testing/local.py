@@ -269,6 +269,29 @@ class LocalFabric:
         return f"http://{self.cluster.webui_url}"
 
     # -- waiting ----------------------------------------------------------------------------------
+    def kill_scheduler(self, timeout_s: float = 90.0) -> float:
+        """SIGKILL the scheduler actor's process (by its pid) and wait until Ray restarted it
+        (``max_restarts=-1``) and it answers again; when it was killed (wall clock seconds)."""
+        import signal
+
+        import ray
+
+        from fabric.core.names import NAMESPACE, SCHEDULER
+
+        sched = ray.get_actor(SCHEDULER, namespace=NAMESPACE)
+        pid = ray.get(sched.pid.remote(), timeout=30)
+        killed_at = time.time()
+        os.kill(pid, signal.SIGKILL)
+
+        def back() -> bool:
+            try:
+                return ray.get(sched.pid.remote(), timeout=5) != pid
+            except Exception:
+                return False
+
+        self.wait_until(back, "the scheduler to come back", timeout_s=timeout_s)
+        return killed_at
+
     def wait_until(self, predicate: Callable[[], Any], what: str, timeout_s: float | None = None, interval_s: float = 0.1) -> Any:
         """Poll ``predicate`` until it returns something truthy; ``TimeoutError`` saying ``what``
         (and the last value or error) otherwise."""

@@ -23,7 +23,6 @@ exercised on a live fleet. One module-scoped LocalFabric of three raylets; waits
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ ray = pytest.importorskip("ray")
 
 from fabric import Bundle, BundleJob, JobState, adaptive  # noqa: E402
 from fabric.core import names  # noqa: E402
-from fabric.core.names import JOB_PREFIX, NAMESPACE, SCHEDULER  # noqa: E402
+from fabric.core.names import JOB_PREFIX, NAMESPACE  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from fabric.testing.counter import CounterJob, safe_file_name  # noqa: E402
 from fabric.testing.counter_report import analyze  # noqa: E402
@@ -87,21 +86,7 @@ def lf(tmp_path_factory):
 
 
 def kill_scheduler(lf) -> float:
-    """SIGKILL the scheduler actor's process and wait for Ray to restart it (``max_restarts=-1``);
-    when it was killed (wall clock, as the saga's history)."""
-    sched = ray.get_actor(SCHEDULER, namespace=NAMESPACE)
-    pid = ray.get(sched.pid.remote(), timeout=30)
-    killed_at = time.time()
-    os.kill(pid, signal.SIGKILL)
-
-    def back() -> bool:
-        try:
-            return ray.get(sched.pid.remote(), timeout=5) != pid
-        except Exception:
-            return False
-
-    lf.wait_until(back, "the scheduler to come back", timeout_s=90)
-    return killed_at
+    return lf.kill_scheduler()
 
 
 def instances(job_id: str) -> list[str]:

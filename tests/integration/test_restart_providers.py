@@ -14,7 +14,6 @@ so nothing is scaled down by the scheduler that made the nodes.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 
@@ -62,17 +61,7 @@ def scheduler():
 
 
 def kill_scheduler(lf) -> None:
-    sched = scheduler()
-    pid = ray.get(sched.pid.remote(), timeout=30)
-    os.kill(pid, signal.SIGKILL)
-
-    def back() -> bool:
-        try:
-            return ray.get(sched.pid.remote(), timeout=5) != pid
-        except Exception:
-            return False
-
-    lf.wait_until(back, "the scheduler to come back", timeout_s=90)
+    lf.kill_scheduler()
 
 
 def provision(n: int) -> list[dict]:
