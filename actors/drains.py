@@ -245,7 +245,7 @@ class DrainRunner:
             entry = d.job(job_id)
             if rec is None or rec.binding is None or rec.binding.node_id != d.node_id:
                 m = self.jobs.moves.book.get(entry.migration_id) if entry.migration_id else None
-                done = m is not None and m.phase is MigrationPhase.DONE
+                done = m is not None and m.phase is MigrationPhase.DONE and entry.status is JobDrainStatus.MIGRATING
                 why = "migrated" if done else (f"left the node ({rec.state.value})" if rec is not None else "gone")
                 d.set_job(job_id, JobDrainStatus.MIGRATED if done else JobDrainStatus.MOVED, reason=why)
                 continue
@@ -280,7 +280,9 @@ class DrainRunner:
         """Stop the job's instance there now; it recovers by its policy (not counted under a notice)."""
         jobs = self.jobs
         m = jobs.moves.book.for_job(job_id)
-        if m is not None and not m.past_point_of_no_return:
+        if m is not None and m.past_point_of_no_return:  # the saga is taking it off the node: evicting it
+            return                                       # too would start a second instance elsewhere
+        if m is not None:
             jobs.moves.carry_out(m, m.abort(reason, self._now()))
         rec = jobs.book.jobs.get(job_id)
         if rec is None or rec.binding is None or rec.binding.node_id != node_id:

@@ -308,9 +308,11 @@ class JobRunner:
 
     def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
         self.handles.pop(key, None)
-        if self.moves.source_died(job_id, key):  # stopped on purpose, or a migration owns its end
-            return
         rec = self.book.jobs.get(job_id)
+        stopping = rec is not None and rec.state == JobState.STOPPING and rec.binding is not None \
+            and rec.binding.instance_key == key
+        if self.moves.source_died(job_id, key) and not stopping:  # stopped on purpose, or a saga owns its end
+            return
         if rec is not None and rec.binding is not None and rec.binding.node_id in self.preempting:
             preempted = True
         self.apply(self.book.died(job_id, key, self.clock(), reason=reason, preempted=preempted, invalid_spec=invalid))
@@ -395,6 +397,11 @@ class JobRunner:
         watched again and the ones that died meanwhile recovered (a job a saga carries on is the
         saga's); instances bound to no job and no saga are swept."""
         self.resumed = True
+        for rec in self.book.bound():  # the old process's allocation ids mean nothing in this core's ledger:
+            b = rec.binding          # a live instance reserves its slot anew, a dead one gives none back
+            if b is not None and b.allocation_id is not None:
+                rec.binding = type(b)(b.node_id, b.instance_key, None)
+                self.book.dirty.add(rec.job_id)
         owned = self.moves.resume()
         now = self.clock()
         out: list[Instruction] = []
