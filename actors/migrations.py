@@ -380,6 +380,10 @@ class MigrationRunner:
                     pass
             r.launcher.kill(handle)
         r.handles.pop(ins.instance_key, None)
+        rec = r.book.jobs.get(m.job_id)
+        if rec is not None and rec.state == JobState.STOPPING and rec.binding is not None \
+                and rec.binding.instance_key == ins.instance_key:  # a stop asked meanwhile ends here too
+            r.apply(r.book.died(m.job_id, ins.instance_key, r.clock(), reason="stopped"))
         self.carry_out(m, m.source_ended(r.clock()))
 
     def _stop_target(self, m: Migration, ins: StopTarget) -> None:
