@@ -60,7 +60,7 @@ from test_scheduler_actor import FakeFeed, joined
 from test_scheduling import Clock
 
 EXAMPLES = int(os.environ.get("FABRIC_FUZZ_EXAMPLES", "200"))
-STEPS = 50
+STEPS = 40
 MAX_JOBS = 3
 """Jobs not ended at once."""
 MAX_SUBMITS = 8
@@ -71,6 +71,10 @@ SLOTS = 3
 SETTINGS = {"scaling": {"enabled": False}}  # the scaler would raise slot caps: not what this machine is about
 REQ = Requirement(min_tier="cpu_ffmpeg", num_cpus=0.5)
 TWO_AT_ONCE = (MigrationStrategy.OVERLAP, MigrationStrategy.HANDOVER)
+THENS = (None, "restart", "stop", "notice", "source node lost", "target node lost", "source dies", "target dies")
+"""What meets a saga left in a phase (``JobsMachine._migrate``)."""
+MOVES = st.tuples(st.sampled_from(list(MigrationStrategy)), st.integers(0, 5), st.sampled_from(THENS))
+"""A migration's strategy, the rounds it goes well, and what meets it then (``JobsMachine._migrate``)."""
 
 
 # -- the fakes: Ray's actors, its launcher and its drain call ------------------------------------------
@@ -467,15 +471,19 @@ class JobsMachine(RuleBasedStateMachine):
 
     # -- rules: requests ------------------------------------------------------------------------------------
     @initialize(n=st.integers(1, MAX_JOBS), policy=st.sampled_from(["avoid_spare", "avoid_spare", "drop"]),
-                up=st.sampled_from([True, True, True, False]))
+                up=st.sampled_from([True, True, True, False]), move=st.one_of(st.none(), MOVES))
     @stimulus
-    def running(self, n: int, policy: str, up: bool) -> None:
-        """Every run starts with jobs (running ones when ``up``): most rules need one."""
+    def running(self, n: int, policy: str, up: bool, move: tuple | None = None) -> None:
+        """Every run starts with jobs (running ones when ``up``), and half of those with one of them
+        migrating (``move``: as the ``migrate`` rule's arguments): most rules need one."""
         for _ in range(n):
             self._submit(JobSpec("enc", REQ, on_runtime_failure=policy))
         if up:
             self._settle()
             self._go_well(2)
+            if move is not None:
+                self._settle()
+                self._migrate(0, *move)
 
     @precondition(lambda self: self.synced and len(self.submitted) < MAX_SUBMITS and self._alive_jobs() < MAX_JOBS)
     @rule(policy=st.sampled_from(["avoid_spare", "avoid_spare", "drop"]), ceiling=st.sampled_from([None, None, 1]),
@@ -497,24 +505,42 @@ class JobsMachine(RuleBasedStateMachine):
         self._call(self.runner.stop, self._pick(self._jobs(lambda rec: not rec.terminal), pick))
 
     @precondition(lambda self: self._jobs(lambda rec: rec.state == JobState.RUNNING))
-    @rule(pick=st.integers(0, 7), strategy=st.sampled_from(list(MigrationStrategy)), walk=st.integers(0, 5),
-          then=st.sampled_from([None, None, "restart", "stop"]))
+    @rule(pick=st.integers(0, 7), move=MOVES)
     @stimulus
-    def migrate(self, pick: int, strategy: MigrationStrategy, walk: int, then: str | None) -> None:
+    def migrate(self, pick: int, move: tuple) -> None:
+        self._migrate(pick, *move)
+
+    def _migrate(self, pick: int, strategy: MigrationStrategy, walk: int, then: str | None) -> None:
         """A migration of a running job; then ``walk`` rounds of everything going well, so that the
-        next stimulus meets the saga in any of its phases; ``then`` that stimulus is a restart, or a
-        stop of the job (what a rule drawn at random seldom lands on)."""
-        job_id = self._pick(self._jobs(lambda rec: rec.state == JobState.RUNNING), pick)
+        next stimulus meets the saga in any of its phases; ``then`` that stimulus is one a rule drawn
+        at random seldom lands on a saga in flight: a restart, a stop of the job, a reclaim notice
+        due now on its source's node, the loss of its source's or its target's node, or of the
+        instance itself."""
+        running = self._jobs(lambda rec: rec.state == JobState.RUNNING)
+        if not running:
+            return
+        job_id = self._pick(running, pick)
         try:
             self._call(self.runner.moves.migrate, job_id, strategy.value)
         except MigrationError:  # no target (no room, or none but its own node): refused, as documented
             return
         self._settle()
         self._go_well(walk)
+        m = self.runner.moves.book.for_job(job_id)
         if then == "restart":
             self._restart(landed=False, early=False)
         elif then == "stop":
             self._call(self.runner.stop, job_id)
+        elif then == "notice" and m is not None and m.source_node in self.nodes:
+            self._run(self.runner.drains.interrupt(m.source_node, "spot-interruption", self.clock() + 1))
+        elif then is not None and then.endswith("node lost") and m is not None:
+            node = m.source_node if then.startswith("source") else m.target_node
+            if node in self.nodes:
+                self._lose(node)
+        elif then is not None and then.endswith("dies") and m is not None:
+            inst = self.launcher.find(job_id, m.source_key if then.startswith("source") else m.target_key or "")
+            if inst is not None:
+                self.launcher.crash(inst, "it crashed")
 
     @precondition(lambda self: self._abortable())
     @rule(pick=st.integers(0, 7))
@@ -754,7 +780,28 @@ def _answer(inst: Actor, hook: str, ok: bool) -> Any:
     return HookFailed(f"{hook} raised")
 
 
-# -- what the machine found, replayed step by step --------------------------------------------------------
+# -- every phase of a saga meets every stimulus ------------------------------------------------------------
+@pytest.mark.parametrize("then", THENS)
+@pytest.mark.parametrize("walk", range(6))
+@pytest.mark.parametrize("strategy", list(MigrationStrategy))
+def test_a_saga_in_any_phase_meets_a_stimulus_and_no_job_is_lost_or_doubled(
+        strategy: MigrationStrategy, walk: int, then: str | None) -> None:
+    """What the machine's random walk reaches only now and then, in full: a saga of each strategy,
+    left in each of its phases (``walk`` rounds of everything going well), meets each stimulus, then
+    launches land before any hook answers, everything goes well, time passes, the scheduler restarts;
+    every invariant holds after each step."""
+    replay(("running", {"n": 2, "policy": "avoid_spare", "up": True, "move": (strategy, walk, then)}),
+           ("progress", {"rounds": 1, "land": True, "answer": False}),
+           ("progress", {"rounds": 6, "land": True, "answer": True}),
+           ("tick", {"dt": 400.0}),
+           ("progress", {"rounds": 6, "land": True, "answer": True}),
+           ("restart", {"landed": False, "early": False}),
+           ("progress", {"rounds": 6, "land": True, "answer": True}),
+           ("tick", {"dt": 3700.0}),
+           ("progress", {"rounds": 6, "land": True, "answer": True}))
+
+
+# -- what the machine found (each fixed since), replayed step by step ------------------------------------
 INVARIANTS = ("nothing_failed_inside", "books_are_consistent", "never_two_instances", "nothing_stray",
               "no_job_forgotten", "no_slot_leaked")
 
@@ -787,7 +834,7 @@ def test_a_forced_drain_leaves_a_job_past_its_point_of_no_return_to_its_saga() -
     the node: ``_stop_on_node`` evicts the job (it recovers elsewhere) while the saga, past its point
     of no return, goes on and runs its target's constructor: two instances of the job run."""
     replay(("running", {"n": 1, "policy": "avoid_spare", "up": True}),
-           ("migrate", {"pick": 0, "strategy": MigrationStrategy.STOP_THEN_START, "walk": 2, "then": None}),
+           ("migrate", {"pick": 0, "move": (MigrationStrategy.STOP_THEN_START, 2, None)}),
            ("operator", {"pick": 0, "act": "notice", "strategy": None, "force": False, "timeout": 0.0,
                          "kind": "spot-interruption", "ray_accepts": False}),
            ("progress", {"rounds": 1, "land": True, "answer": False}))
@@ -798,7 +845,7 @@ def test_a_job_evicted_mid_migration_is_not_lost_by_a_restart() -> None:
     the job to its saga (it is the saga's ``owned``), the saga completes, finds the job not migrating
     and stops its target; the job stays ``starting`` on an instance that never existed, for good."""
     replay(("running", {"n": 1, "policy": "avoid_spare", "up": True}),
-           ("migrate", {"pick": 0, "strategy": MigrationStrategy.STOP_THEN_START, "walk": 2, "then": None}),
+           ("migrate", {"pick": 0, "move": (MigrationStrategy.STOP_THEN_START, 2, None)}),
            ("operator", {"pick": 0, "act": "notice", "strategy": None, "force": False, "timeout": 0.0,
                          "kind": "spot-interruption", "ray_accepts": False}),
            ("restart", {"landed": False, "early": False}),
@@ -813,7 +860,7 @@ def test_a_stop_while_a_migration_stops_the_source_ends_the_job(strategy: Migrat
     (``moves.source_died``: its key is ``ignored``), so the book never hears the instance ended; the
     job stays ``stopping`` on a dead instance, holding its slot, until a restart."""
     replay(("running", {"n": 2, "policy": "avoid_spare", "up": True}),
-           ("migrate", {"pick": 0, "strategy": strategy, "walk": 2, "then": None}),
+           ("migrate", {"pick": 0, "move": (strategy, 2, None)}),
            ("stop", {"pick": 0}),
            ("progress", {"rounds": 4, "land": True, "answer": True}),
            ("tick", {"dt": 3700.0}))
@@ -826,7 +873,7 @@ def test_a_stop_that_a_restart_finds_under_a_migration_ends_the_job(strategy: Mi
     not the book), finds the job not migrating and stops its target: the job stays ``stopping`` on
     a dead instance, its source's slot reserved anew and held, for good."""
     replay(("running", {"n": 2, "policy": "avoid_spare", "up": True}),
-           ("migrate", {"pick": 0, "strategy": strategy, "walk": 2, "then": None}),
+           ("migrate", {"pick": 0, "move": (strategy, 2, None)}),
            ("stop", {"pick": 0}),
            ("restart", {"landed": False, "early": False}),
            ("progress", {"rounds": 4, "land": True, "answer": True}),
@@ -839,7 +886,7 @@ def test_a_drain_follows_a_job_stopped_mid_migration_without_failing_its_tick() 
     says ``migrated`` (its saga is done): stuck -> migrated is not in the table, the TransitionError
     fails ``JobRunner.tick`` at ``drains.step`` on every tick from then on."""
     replay(("running", {"n": 2, "policy": "avoid_spare", "up": True}),
-           ("migrate", {"pick": 0, "strategy": MigrationStrategy.OVERLAP, "walk": 2, "then": None}),
+           ("migrate", {"pick": 0, "move": (MigrationStrategy.OVERLAP, 2, None)}),
            ("operator", {"pick": 0, "act": "drain", "strategy": None, "force": False, "timeout": None,
                          "kind": "rebalance", "ray_accepts": True}),
            ("stop", {"pick": 0}),
