@@ -197,7 +197,16 @@ class LocalFabric:
             # Every raylet starts a dashboard agent; on one machine they need distinct ports, or
             # the head's agent loses its port and Ray's job API has no agent to submit through.
             spec["dashboard_agent_listen_port"] = free_port()
-        ray_node = self.cluster.add_node(**spec)
+        try:
+            ray_node = self.cluster.add_node(**spec)
+        except Exception as exc:
+            # Ray picks a raylet's ports before it binds them: on a busy machine another process can
+            # take one first, the raylet aborts ("bind: Address already in use") and Ray reports a
+            # startup timeout. A second start picks new ports.
+            if "timed out during startup" not in str(exc):
+                raise
+            print(f"[LocalFabric] node {name!r} did not start ({exc}); starting it again")
+            ray_node = self.cluster.add_node(**spec)
         node = LocalNode(name=name, profile=profile, node_id=ray_node.node_id, ray_node=ray_node,
                          resources=spec["resources"], labels=spec["labels"])
         with self._lock:
