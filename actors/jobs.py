@@ -25,7 +25,6 @@ import time
 import uuid
 from typing import Any, Callable
 
-
 from actors.bundle_ops import BundleOps
 from actors.drains import DrainRunner
 from actors.migrations import MigrationRunner
@@ -453,13 +452,19 @@ class JobRunner:
         """A live instance found after a restart holds its slot again in the core (pinned)."""
         b = rec.binding
         assert b is not None
-        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self.where, target_node=b.node_id))
+        rec.binding = type(b)(b.node_id, b.instance_key, self.reserve_on(rec, b.node_id))
+        self.book.dirty.add(rec.job_id)
+
+    def reserve_on(self, rec: JobRecord, node_id: str) -> int | None:
+        """A slot for ``rec``'s job on ``node_id`` in the core (a pinned placement): its allocation
+        id, or None when the core would not give one (a live instance, or a saga's target, found
+        again after a restart)."""
+        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self.where, target_node=node_id))
         try:
             a = reply(self.scheduler.core.handle(s), s.stimulus_id)
         except Exception:
-            a = None
-        rec.binding = type(b)(b.node_id, b.instance_key, a.allocation_id if a is not None and a.status == "assigned" else None)
-        self.book.dirty.add(rec.job_id)
+            return None
+        return a.allocation_id if a is not None and a.status == "assigned" else None
 
     def node_lost(self, node_id: str) -> None:
         owned = self.moves.node_lost(node_id)

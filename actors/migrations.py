@@ -35,7 +35,7 @@ from fabric.core.jobs.migration import (
     MigrationStrategy, Orphaned, PhaseEvent, PlaceTarget, Resume, RollBack, StopSource, StopTarget,
 )
 from fabric.core.jobs.migration import FINISHED_KEPT
-from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
+from fabric.core.scheduling import SlotsReleased
 from fabric.store.job_rows import decode_migration, encode_migration, read_rows
 
 HANDOVER_HOOKS = ("__fabric_ready__", "__fabric_cut__", "__fabric_resume__")
@@ -432,19 +432,15 @@ class MigrationRunner:
             self.ignored.add(m.source_key)
             rec = r.book.jobs.get(m.job_id)
             source = r.launcher.find(m.job_id, m.source_key)
-            if rec is not None and rec.binding is not None:
-                if source is not None:
-                    r.reserve_again(rec)  # its slot until the saga gives it back
-                    r.handles[m.source_key] = source
-                else:
-                    rec.binding = replace(rec.binding, allocation_id=None)
-                    r.book.dirty.add(rec.job_id)
+            if rec is not None and rec.binding is not None and source is not None:
+                r.reserve_again(rec)  # its slot until the saga gives it back (the runner dropped the old id)
+                r.handles[m.source_key] = source
             target = r.launcher.find(m.job_id, m.target_key) if m.target_key else None
             if target is None:
                 out = m.target_failed("the target is gone after a scheduler restart", now)
             else:
                 self.targets[m.migration_id] = target
-                m.target_allocation = self._reserve_target(m)
+                m.target_allocation = None if rec is None or m.target_node is None else r.reserve_on(rec, m.target_node)
                 self._spawn(m, self._watch_target(m, target), "watch")
             self.carry_out(m, out)
         for rec in list(r.book.jobs.values()):  # migrating with no saga kept (a store older than sagas)
@@ -455,19 +451,6 @@ class MigrationRunner:
     def kept_targets(self) -> set[tuple[str, str]]:
         """The ``(job id, instance key)`` of every saga's target in flight (a restart's sweep spares them)."""
         return {(m.job_id, m.target_key) for m in self.book.active.values() if m.target_key is not None}
-
-    def _reserve_target(self, m: Migration) -> int | None:
-        """The target's slot again in the core (pinned to its node), as a live job's after a restart."""
-        r = self.runner
-        rec = r.book.jobs.get(m.job_id)
-        if rec is None or m.target_node is None:
-            return None
-        s = PlaceRequested(rec.spec.requirement, r.book.context(rec, r.where, target_node=m.target_node))
-        try:
-            a = reply(r.scheduler.core.handle(s), s.stimulus_id)
-        except Exception:
-            return None
-        return a.allocation_id if a is not None and a.status == "assigned" else None
 
 
 __all__ = ["MigrationRunner"]
