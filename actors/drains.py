@@ -62,6 +62,8 @@ class DrainRunner:
         """Job id -> migration id of the rebalance moves in flight."""
         self._written: dict[tuple[str, str], bytes] = {}
         """The ``state`` rows last written (drains, notices), by kind and key: only changes are written."""
+        self._final: set[tuple[str, str]] = set()
+        """Keys of drains whose row was written after they ended (final: not encoded again)."""
 
     # -- the store --------------------------------------------------------------------------------------
     def load(self, store: Any) -> None:
@@ -88,13 +90,20 @@ class DrainRunner:
         next write; every drain kept (in progress, and the last ended ones) and every notice."""
         rows: dict[tuple[str, str], bytes] = {}
         for d in self.drains.every():
-            rows[("drain", f"{d.node_id}@{d.started!r}")] = encode_drain(d)
+            key = ("drain", f"{d.node_id}@{d.started!r}")
+            if key in self._final:  # written once it had ended: it no longer changes, its row is not built again
+                rows[key] = self._written[key]
+                continue
+            rows[key] = encode_drain(d)
+            if d.terminal:
+                self._final.add(key)
         for node_id, notice in self.interruptions.items():
             rows[("notice", node_id)] = encode_notice(notice)
         out: list[tuple[str, str, bytes | None]] = [(k, key, blob) for (k, key), blob in rows.items()
                                                     if self._written.get((k, key)) != blob]
         out += [(k, key, None) for (k, key) in self._written if (k, key) not in rows]
         self._written = rows
+        self._final &= set(rows)
         return out
 
     def resume(self) -> None:
