@@ -15,14 +15,16 @@ dormant again for future placements (a running instance keeps running, as in see
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+import uuid
+from typing import Any, Protocol
 
 from ray import cloudpickle
 
-from fabric.core.errors import InvalidSpecError, JobNotFoundError
-from fabric.core.jobs import BundleState, JobBook, JobSpec
-from fabric.core.jobs.book import Instruction
+from fabric.core.errors import InvalidSpecError
+from fabric.core.jobs import JobSpec
 from fabric.core.jobs.bundles import Bundle, BundleStatus
+from fabric.core.jobs.core import JobsCore
+from fabric.core.jobs.stimuli import BundleCreated, BundleDeleted, BundleUpdated, DormantSet
 from fabric.core.jobs.validation import Admission, ValidationReport, place_dry_run, validate_bundle, validate_bundle_admission
 
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024
@@ -31,22 +33,16 @@ MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 class BundleHost(Protocol):
     """What ``BundleOps`` uses of the job runner it serves (``actors.jobs.JobRunner`` is one)."""
 
-    book: JobBook
+    core: JobsCore
     scheduler: Any
     """The scheduler whose settings and fleet a bundle is validated against."""
-    payloads: dict[str, tuple[bytes, bytes]]
-    clock: Callable[[], float]
+    staged: dict[tuple[int, str], tuple[bytes, bytes]]
 
-    def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,
-               bundle_id: str | None = None, replica: int = 0, dormant: bool = False, place: bool = True) -> str: ...
+    def handle(self, stimulus: Any) -> Any: ...
 
-    def persist(self, new_payloads: dict[str, tuple[bytes, bytes]] | None = None) -> None: ...
 
-    def apply(self, instructions: list[Instruction]) -> None: ...
-
-    def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> None: ...
-
-    def where(self, node_id: str) -> tuple[str | None, str | None] | None: ...
+def new_job_id() -> str:
+    return f"job-{uuid.uuid4().hex[:12]}"
 
 
 def defaults_for(cls: Any) -> JobSpec | None:
@@ -106,112 +102,38 @@ class BundleOps:
         return b
 
     # -- changes ----------------------------------------------------------------------------------------
+    def _stage(self, jobs: list[Any]) -> None:
+        """Each job's class and arguments, pickled, kept until the core names the job that takes them."""
+        self.runner.staged = {(rj.replica, rj.name): (cloudpickle.dumps(raw_class(rj.cls)), cloudpickle.dumps((rj.args, rj.kwargs)))
+                              for rj in jobs}
+
     def create_bundle(self, blob: bytes) -> BundleStatus:
         b = self._checked(blob)
-        if b.bundle_id in self.runner.book.bundles:
-            raise InvalidSpecError(f"a bundle {b.bundle_id!r} exists already (update_bundle changes it)", field="bundle_id")
         jobs = b.expand(defaults_for, settings=self.runner.scheduler.settings)
-        self.runner.book.add_bundle(b.bundle_id, b)
-        for rj in jobs:
-            self._add_job(b, rj)
-        self.runner.persist()
-        self.runner.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": True})
-        self.runner.apply(self.runner.book.due(self.runner.clock(), self.runner.where))
+        self._stage(jobs)
+        self.runner.handle(BundleCreated(b, tuple((new_job_id(), rj.spec, rj.replica, b.job(rj.name).start_mode == "manual")
+                                                  for rj in jobs)))
         return self.bundle_status(b.bundle_id)
-
-    def _add_job(self, b: Bundle, rj: Any) -> str:
-        dormant = b.job(rj.name).start_mode == "manual"
-        return self.runner.submit(rj.spec, cloudpickle.dumps(raw_class(rj.cls)), cloudpickle.dumps((rj.args, rj.kwargs)),
-                           bundle_id=b.bundle_id, replica=rj.replica, dormant=dormant, place=False)
 
     def update_bundle(self, blob: bytes) -> BundleStatus:
         b = self._checked(blob)
-        rec = self.runner.book.bundles.get(b.bundle_id)
-        if rec is None or rec.state == "deleting":
-            raise JobNotFoundError(f"no bundle {b.bundle_id!r} to update (create_bundle makes one)", job_id=b.bundle_id)
-        now = self.runner.clock()
-        wanted = {(rj.replica, rj.name): rj for rj in b.expand(defaults_for, settings=self.runner.scheduler.settings)}
-        out: list = []
-        self.runner.book.add_bundle(b.bundle_id, b)
-        self.runner.book.set_bundle_state(b.bundle_id, BundleState.LIVE, reasons=[])
-        for key, job_id in list(rec.jobs.items()):
-            job = self.runner.book.jobs.get(job_id)
-            if key not in wanted:
-                if job is not None and not job.terminal:
-                    out += self.runner.book.stop(job_id, now, reason="no longer in its bundle")
-                del rec.jobs[key]
-                continue
-            rj = wanted.pop(key)
-            if job is None or job.terminal:  # ended (broken, dropped, stopped): it starts again
-                if job is not None:
-                    self.runner.book.forget(job_id)
-                del rec.jobs[key]
-                self._add_job(b, rj)
-                continue
-            job.spec, job.restarts = rj.spec, []
-            job.dormant = job.dormant and b.job(rj.name).start_mode == "manual"
-            self.runner.payloads[job_id] = (cloudpickle.dumps(raw_class(rj.cls)), cloudpickle.dumps((rj.args, rj.kwargs)))
-            self.runner.book.dirty.add(job_id)
-            self.runner.persist({job_id: self.runner.payloads[job_id]})
-        for rj in wanted.values():
-            self._add_job(b, rj)
-        self.runner.book.dirty_bundles.add(b.bundle_id)
-        self.runner.apply(out)
-        self.runner.emit("bundle_updated", {"bundle_id": b.bundle_id, "created": False})
-        self.runner.apply(self.runner.book.due(now, self.runner.where))
+        jobs = b.expand(defaults_for, settings=self.runner.scheduler.settings)
+        self._stage(jobs)
+        self.runner.handle(BundleUpdated(b, tuple((rj.replica, rj.name, rj.spec, b.job(rj.name).start_mode == "manual",
+                                                   new_job_id()) for rj in jobs)))
         return self.bundle_status(b.bundle_id)
 
     def delete_bundle(self, bundle_id: str) -> BundleStatus:
-        rec = self._bundle(bundle_id)
-        now = self.runner.clock()
-        out: list = []
-        self.runner.book.set_bundle_state(bundle_id, BundleState.DELETING)
-        for job_id in rec.jobs.values():
-            if job_id in self.runner.book.jobs:
-                out += self.runner.book.stop(job_id, now, reason="bundle deleted")
-        self.runner.apply(out)
-        status = self.bundle_status(bundle_id)
-        self.reap_deleted()
+        status: BundleStatus = self.runner.handle(BundleDeleted(bundle_id))
         return status
 
-    def reap_deleted(self) -> None:
-        """Forget deleted bundles whose jobs have all ended."""
-        for bundle_id, rec in list(self.runner.book.bundles.items()):
-            if rec.state != "deleting":
-                continue
-            if all(j is None or j.terminal for j in (self.runner.book.jobs.get(jid) for jid in rec.jobs.values())):
-                for jid in rec.jobs.values():
-                    self.runner.book.forget(jid)
-                    self.runner.payloads.pop(jid, None)
-                del self.runner.book.bundles[bundle_id]
-                self.runner.book.dirty_bundles.add(bundle_id)
-                self.runner.emit("bundle_deleted", {"bundle_id": bundle_id})
-                self.runner.persist()
-
     def set_dormant(self, bundle_id: str, replica: int, job: str, dormant: bool) -> str:
-        rec = self._bundle(bundle_id)
-        job_id = rec.jobs.get((replica, job))
-        if job_id is None:
-            raise JobNotFoundError(f"bundle {bundle_id!r} has no job {job!r} in replica {replica}", job_id=job)
-        j = self.runner.book.job(job_id)
-        j.dormant = dormant
-        self.runner.book.dirty.add(job_id)
-        self.runner.persist()
-        if not dormant:
-            self.runner.apply(self.runner.book.due(self.runner.clock(), self.runner.where))
-        return j.state.value
+        state: str = self.runner.handle(DormantSet(bundle_id, replica, job, dormant))
+        return state
 
     # -- reads -------------------------------------------------------------------------------------------
-    def _bundle(self, bundle_id: str) -> Any:
-        rec = self.runner.book.bundles.get(bundle_id)
-        if rec is None:
-            raise JobNotFoundError(f"no bundle {bundle_id!r}", job_id=bundle_id)
-        return rec
-
     def bundle_status(self, bundle_id: str) -> BundleStatus:
-        rec = self._bundle(bundle_id)
-        return BundleStatus(bundle_id=bundle_id, state=rec.state, replicas=rec.bundle.replica_count,
-                            jobs={f"{r}/{n}": jid for (r, n), jid in sorted(rec.jobs.items())}, reasons=list(rec.reasons))
+        return self.runner.core.bundle_status(bundle_id)
 
     def bundle_statuses(self) -> list[BundleStatus]:
-        return [self.bundle_status(b) for b in sorted(self.runner.book.bundles)]
+        return self.runner.core.bundle_statuses()

@@ -1,18 +1,24 @@
-"""JobRunner: the scheduler's long-running work, carried out (seed 000's jobs and bundles on Ray).
+"""JobRunner: the executor of the jobs core, inside the scheduler actor (seed 000's jobs and bundles on Ray).
 
-The decisions are ``fabric.core.jobs.JobBook``'s; this class does what they ask, inside the
-scheduler actor (one event loop, no locks): a placement goes to the scheduler's own core (the
-same engine, filters and key as a task, with the job's context), an instance is started through
-``fabric.rayio.instances.InstanceLauncher`` and watched by one asyncio task (an outstanding
-``__fabric_watch__`` call, and ``__fabric_health__`` pings when the class has the hook), slots go
-back to the core, events go to the job event log. Every change is written to the ``JobStore``
-before the next tick.
+The decisions are ``fabric.core.jobs.core.JobsCore``'s: every request, fact and answer becomes one
+stimulus, ``JobsCore.handle`` answers with instructions, and this class carries them out through
+its ports, on the scheduler's event loop (no locks):
 
-Restart: a scheduler that comes back (SIGKILL, node loss) reads every job and bundle back from
-the store; after its fleet's first sync (``resume``) it looks each bound instance up by name: a
-live one is watched again and its slot reserved again in the core, a missing one died while
-nobody watched and is recovered by its policy. No job runs twice (instances are named, one per
-key, and looked up before anything is started), none is forgotten (the store has them all).
+- **placement** over the task core: a job's or a saga target's placement goes to the scheduler's
+  own core (the same engine, filters and key as a task, with the job's context), its answer back
+  to the jobs core as ``JobPlaced`` / ``JobUnplaced`` (or the saga's ``SagaStepAnswered``);
+- **the instance launcher** (``fabric.rayio.instances.InstanceLauncher``): an instance is started,
+  watched by one asyncio task (an outstanding ``__fabric_watch__`` call, and ``__fabric_health__``
+  pings when the class has the hook), stopped or killed; what comes of it goes back as
+  ``InstanceStarted`` / ``InstanceEnded``; the saga steps are ``actors.migrations``';
+- **Ray's drain** (``actors.drains``), **the event log** (``emit``), **the store** (``persist``:
+  every change is written before the next stimulus), slots back to the task core.
+
+Restart: a scheduler that comes back (SIGKILL, node loss) reads the jobs core's whole state back
+from the store; after its fleet's first sync it lists the live instances by name and hands them to
+the core (``Restarted``), which resumes the sagas by their phase, watches what lives, recovers what
+died and sweeps what no job owns. No job runs twice (instances are named, one per key, and looked
+up before anything is started), none is forgotten (the store has them all).
 """
 
 from __future__ import annotations
@@ -25,16 +31,27 @@ import time
 import uuid
 from typing import Any, Callable
 
-from actors.bundle_ops import BundleOps
+from actors.bundle_ops import BundleOps, new_job_id
 from actors.drains import DrainRunner
-from actors.migrations import MigrationRunner
+from actors.migrations import SAGA_STEPS, MigrationRunner
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
 from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
 from fabric.core.jobs.book import (
-    Instruction, JobEvent, JobStatus, PlaceJob, ReleaseSlot, StartInstance, StopInstance, instance_key, summarize,
+    JobEvent, JobStatus, PlaceJob, ReleaseSlot, StartInstance, StopInstance, instance_key, summarize,
 )
-from fabric.core.scheduling import PlaceRequested, SlotsReleased, reply
+from fabric.core.jobs.core import JobsCore
+from fabric.core.jobs.drains import AskRayToDrain
+from fabric.core.jobs.state import (
+    Cordon, DropPayload, KillInstance, PlaceSoon, Reply, ReserveSlot, SagaEnded, StorePayload, WatchInstance,
+)
+from fabric.core.jobs.stimuli import (
+    InstanceEnded, InstanceStarted, JobPlaced, JobsNodeLost, JobsTick, JobSubmitted, JobUnplaced, PlacementsDue,
+    CapacityJoined, Restarted, SlotReserved, StopRequested,
+)
+from fabric.core.placement import NodeRecord, PlacementContext, Requirement, dry_run
+from fabric.core.scheduling import Cordoned, DrainRequested, PlaceRequested, SlotsReleased, reply
 from fabric.core.scheduling.stimuli import new_stimulus_id
+from fabric.core.tiers import ComputeTier
 from fabric.store.job_rows import decode_bundle, decode_event, decode_job, encode_bundle, encode_event, encode_job
 from fabric.store.jobs import JobStore
 
@@ -48,37 +65,80 @@ STOP_GRACE_S = 10.0
 MAX_EVENTS = 10_000
 
 
+class SchedulerWorld:
+    """What the jobs core reads of the scheduler it runs in (``fabric.core.jobs.state.JobsWorld``):
+    the task core's fleet, whether it handed a drained node off, a dry run, a class's hooks."""
+
+    def __init__(self, runner: "JobRunner") -> None:
+        self.runner = runner
+
+    def record(self, node_id: str) -> NodeRecord | None:
+        return self.runner.scheduler.core.fleet.get(node_id)
+
+    def handed_off(self, node_id: str) -> bool:
+        return node_id not in self.runner.scheduler.core.drains
+
+    def better_node(self, requirement: Requirement, ctx: PlacementContext) -> tuple[str, ComputeTier] | None:
+        core = self.runner.scheduler.core
+        d = dry_run(core.fleet, core.check_requirement(requirement), ctx)
+        tier = d.node_tier or d.tier
+        return None if d.status != "placed" or d.node_id is None or tier is None else (d.node_id, tier)
+
+    def can_hand_over(self, job_id: str) -> bool:
+        return self.runner.moves.can_hand_over(job_id)
+
+
 class JobRunner:
-    """The jobs of one scheduler (see the module docstring). ``scheduler`` is the ``Scheduler``
-    whose core places them; ``launcher`` the Ray seam; ``clock`` wall time (restart histories
-    outlive a process, so they are kept in wall-clock seconds)."""
+    """The executor of one scheduler's jobs core (see the module docstring). ``scheduler`` is the
+    ``Scheduler`` whose core places them; ``launcher`` the Ray seam; ``clock`` wall time (restart
+    histories outlive a process, so they are kept in wall-clock seconds)."""
 
     def __init__(self, scheduler: Any, store: JobStore, launcher: Any, clock: Callable[[], float] = time.time) -> None:
         self.scheduler = scheduler
         self.store = store
         self.launcher = launcher
         self.clock = clock
-        self.book = JobBook(scheduler.settings.failure, scheduler.settings)
-        self.book.interruptible = self._interruptible
+        self.core = JobsCore(scheduler.settings, SchedulerWorld(self), clock, lambda: uuid.uuid4().hex[:8])
         self.payloads: dict[str, tuple[bytes, bytes]] = {}
         """Per job: the pickled class and the pickled constructor arguments."""
+        self.staged: dict[tuple[int, str], tuple[bytes, bytes]] = {}
+        """A bundle's payloads by ``(replica, name)``, until the core says which job ids take them."""
+        self._unwritten: dict[str, tuple[bytes, bytes]] = {}
         self.watches: dict[str, asyncio.Task] = {}
         """Per instance key: the task that watches it."""
         self.handles: dict[str, Any] = {}
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self.seq = store.last_event()
         self._new_events: list[tuple[int, bytes]] = []
-        self.resumed = False
         self.counters: collections.Counter = collections.Counter()
         self.gpus: dict[str, float] = {}
         """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
+        self.cordons: list[asyncio.Task] = []
+        """The task core's registry writes of cordons asked, for a caller that answers once they are in."""
         self.moves = MigrationRunner(self)
         self.bundles = BundleOps(self)
         """The bundles whose jobs this runner files (``actors.bundle_ops``)."""
         self.drains = DrainRunner(scheduler, self)
-        self.preempting: set[str] = set()
-        """Nodes under a provider's reclaim notice: what dies with them is not counted."""
         self._load()
+
+    @property
+    def book(self) -> JobBook:
+        return self.core.book
+
+    @property
+    def preempting(self) -> set[str]:
+        """Nodes under a provider's reclaim notice: what dies with them is not counted."""
+        return self.core.preempting
+
+    @property
+    def resumed(self) -> bool:
+        return self.core.resumed
+
+    def _interruptible(self, node_id: str) -> bool:
+        return self.core.interruptible(node_id)
+
+    def where(self, node_id: str) -> tuple[str | None, str | None] | None:
+        return self.core.where(node_id)
 
     @classmethod
     def for_scheduler(cls, scheduler: Any) -> "JobRunner":
@@ -124,14 +184,15 @@ class JobRunner:
         return p
 
     def persist(self, new_payloads: dict[str, tuple[bytes, bytes]] | None = None) -> None:
-        """Write what changed (jobs, bundles, events) in one transaction each."""
-        new_payloads = new_payloads or {}
+        """Write what changed (jobs, bundles, sagas, drains, notices, events) in one transaction each."""
+        new_payloads = {**self._unwritten, **(new_payloads or {})}
+        self._unwritten = {}
         jobs = []
-        for job_id in sorted(self.book.dirty):
+        for job_id in sorted(self.book.dirty | set(new_payloads)):
             rec = self.book.jobs.get(job_id)
             payload = new_payloads.get(job_id)
             jobs.append((job_id, None if rec is None else encode_job(rec),
-                         None if payload is None else pickle.dumps(payload)))
+                         None if payload is None or rec is None else pickle.dumps(payload)))
         bundles: list[tuple[str, bytes | None, bytes | None]] = []
         for bundle_id in sorted(self.book.dirty_bundles):
             b = self.book.bundles.get(bundle_id)
@@ -145,13 +206,39 @@ class JobRunner:
             self.store.append_events(self._new_events)
             self._new_events = []
 
-    # -- carrying out ---------------------------------------------------------------------------------
-    def carry_out(self, instructions: list[Instruction]) -> None:
-        """Do what the book asked, in order; what comes of a placement goes back to the book now."""
+    # -- the one way in: a stimulus handled, its instructions carried out ------------------------------
+    def handle(self, stimulus: Any) -> Any:
+        """Hand ``stimulus`` to the jobs core, carry out what it answers, write the changes; the
+        stimulus's reply (its error, once the changes stand, is raised)."""
+        try:
+            out = self.core.handle(stimulus)
+        finally:
+            self.persist()
+        return self.apply(out, stimulus.stimulus_id)
+
+    def apply(self, instructions: list[Any], stimulus_id: str | None = None) -> Any:
+        """Carry ``instructions`` out and write the changes; the reply to ``stimulus_id``, if any."""
+        replies = self.carry_out(instructions)
+        self.persist()
+        for r in replies:
+            if stimulus_id is None or r.stimulus_id == stimulus_id:
+                if r.error is not None:
+                    raise r.error
+                return r.value
+        return None
+
+    def carry_out(self, instructions: list[Any]) -> list[Reply]:
+        """Do what the core asked, in order; what comes of a placement (or a reservation) goes back
+        to the core at once and its answer is carried out too. The replies met on the way."""
         queue = collections.deque(instructions)
+        replies: list[Reply] = []
         while queue:
             ins = queue.popleft()
-            if isinstance(ins, PlaceJob):
+            if isinstance(ins, Reply):
+                replies.append(ins)
+            elif isinstance(ins, JobEvent):
+                self.emit(ins.kind, ins.data, ins.stimulus_id or None)
+            elif isinstance(ins, PlaceJob):
                 queue.extend(self._place(ins))
             elif isinstance(ins, StartInstance):
                 self._start(ins)
@@ -159,20 +246,59 @@ class JobRunner:
                 self.spawn(self._stop(ins), ins.binding.instance_key + ":stop")
             elif isinstance(ins, ReleaseSlot):
                 self.scheduler.handle_stimulus(SlotsReleased((ins.allocation_id,)))
-            elif isinstance(ins, JobEvent):
-                self.emit(ins.kind, ins.data)
+            elif isinstance(ins, PlaceSoon):
+                self.soon()
+            elif isinstance(ins, WatchInstance):
+                self._watch_again(ins)
+            elif isinstance(ins, KillInstance):
+                handle = self.handles.pop(ins.instance_key, None) or self.launcher.find(ins.job_id, ins.instance_key)
+                if handle is not None:
+                    self.launcher.kill(handle)
+            elif isinstance(ins, ReserveSlot):
+                queue.extend(self.core.handle(SlotReserved(ins.job_id, self.reserve_on(ins.job_id, ins.node_id),
+                                                           ins.migration_id, stimulus_id=ins.stimulus_id)))
+            elif isinstance(ins, Cordon):
+                self._cordon(ins)
+            elif isinstance(ins, AskRayToDrain):
+                self.drains.ask_ray(ins)
+            elif isinstance(ins, StorePayload):
+                payload = self.staged.get((ins.replica, ins.name))
+                if payload is not None:
+                    self.payloads[ins.job_id] = self._unwritten[ins.job_id] = payload
+            elif isinstance(ins, DropPayload):
+                self.payloads.pop(ins.job_id, None)
+            elif isinstance(ins, SagaEnded):
+                self.moves.ended(ins.migration_id)
+            elif isinstance(ins, SAGA_STEPS):
+                queue.extend(self.moves.carry_out(ins))
+            else:
+                raise TypeError(f"not a jobs instruction: {type(ins).__name__}")
+        return replies
 
-    def _place(self, ins: PlaceJob) -> list[Instruction]:
-        now = self.clock()
+    def _cordon(self, ins: Cordon) -> None:
+        if ins.timeout_s is None:
+            self.scheduler.handle_stimulus(Cordoned(ins.node_id))
+            return
+        _, writes = self.scheduler.handle_stimulus(DrainRequested(ins.node_id, ins.timeout_s))
+        if writes is not None:
+            self.cordons.append(writes)
+
+    async def cordoned(self) -> None:
+        """Once the registry has every cordon asked so far (a drain answers after its cordon is in)."""
+        pending, self.cordons = self.cordons, []
+        for writes in pending:
+            await writes
+
+    def _place(self, ins: PlaceJob) -> list[Any]:
         rec = self.book.jobs.get(ins.job_id)
         if rec is None:
             return []
         ctx = ins.context if ins.context is not None else self.book.context(rec, self.where)
         got = self.engine_place(rec, ins.requirement, ctx, {"recovering": rec.recovering})
         if isinstance(got, str):
-            return self.book.unplaced(ins.job_id, got, now)
+            return self.core.handle(JobUnplaced(ins.job_id, got, stimulus_id=ins.stimulus_id))
         a, key = got
-        return self.book.placed(ins.job_id, a.node_id, a.allocation_id, key, now, self.where)
+        return self.core.handle(JobPlaced(ins.job_id, a.node_id, a.allocation_id, key, stimulus_id=ins.stimulus_id))
 
     def engine_place(self, rec: JobRecord, req: Any, ctx: Any, event: dict) -> tuple[Any, str] | str:
         """Place one instance of ``rec``'s job through the scheduler's core (carrying out what the
@@ -180,10 +306,7 @@ class JobRunner:
         key, with a ``placement_decision`` event (plus ``event``'s fields); or why it was not placed."""
         s = PlaceRequested(req, ctx)
         try:
-            out = self.scheduler.core.handle(s)
-            carry_out = getattr(self.scheduler, "_carry_out", None)
-            if carry_out is not None:
-                carry_out(out)
+            out, _ = self.scheduler.handle_stimulus(s)
             a = reply(out, s.stimulus_id)
         except Exception as exc:  # a requirement the settings refuse, a hard one nobody serves
             self.counters["placements_failed"] += 1
@@ -197,32 +320,32 @@ class JobRunner:
                                          "fallback_levels": a.fallback_levels, "reason": a.reason, **event})
         return a, key
 
-    def where(self, node_id: str) -> tuple[str | None, str | None] | None:
-        rec = self.scheduler.core.fleet.get(node_id)
-        return None if rec is None else (rec.zone, rec.cloud)
-
-    def _interruptible(self, node_id: str) -> bool:
-        """A node of a pool tier whose capacity may be taken back (``launch_mode: spot``)."""
-        rec = self.scheduler.core.fleet.get(node_id)
+    def reserve_on(self, job_id: str, node_id: str) -> int | None:
+        """A slot for the job on ``node_id`` in the task core (a pinned placement): its allocation
+        id, or None when the core would not give one (a live instance, or a saga's target, found
+        again after a restart)."""
+        rec = self.book.jobs.get(job_id)
         if rec is None:
-            return False
+            return None
+        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self.where, target_node=node_id))
         try:
-            tiers = self.scheduler.settings.pool(rec.pool).tiers
-        except KeyError:
-            return False
-        tier = next((t for t in tiers if t.name == rec.pool_tier), None)
-        return tier is not None and tier.effective_reliability == "interruptible"
+            a = reply(self.scheduler.core.handle(s), s.stimulus_id)
+        except Exception:
+            return None
+        return a.allocation_id if a is not None and a.status == "assigned" else None
 
+    # -- instances -------------------------------------------------------------------------------------
     def _start(self, ins: StartInstance) -> None:
         rec = self.book.jobs.get(ins.job_id)
         payload = self.payload_of(ins.job_id)
         b = ins.binding
         if rec is None or payload is None:
-            self.carry_out(self.book.died(ins.job_id, b.instance_key, self.clock(), reason="nothing to start it from",
-                                          invalid_spec="the job's class and arguments are not in the store"))
+            self.carry_out(self.core.handle(InstanceEnded(
+                ins.job_id, b.instance_key, "nothing to start it from",
+                invalid="the job's class and arguments are not in the store")))
             return
         self.spawn(self._launch(ins.job_id, b, payload, rec.spec.requirement, self.gpus.pop(b.instance_key, 0.0)),
-                    b.instance_key)
+                   b.instance_key)
 
     async def _launch(self, job_id: str, b: Any, payload: tuple[bytes, bytes], req: Any, gpus: float) -> None:
         """Create the instance off the event loop (Ray registers a named actor with its GCS
@@ -233,8 +356,8 @@ class JobRunner:
                 self.launcher.start, job_id, b.instance_key, b.node_id, payload[0], payload[1], req, gpus))
         except Exception as exc:  # the class cannot be loaded here, or Ray refused the options
             self.counters["dispatch_failed"] += 1  # placed, but no instance could be created
-            self.apply(self.book.died(job_id, b.instance_key, self.clock(),
-                                       invalid_spec=f"cannot start: {type(exc).__name__}: {exc}"))
+            self.handle(InstanceEnded(job_id, b.instance_key, "cannot start",
+                                      invalid=f"cannot start: {type(exc).__name__}: {exc}"))
             return
         rec = self.book.jobs.get(job_id)
         if rec is None or rec.binding is None or rec.binding.instance_key != b.instance_key:
@@ -242,6 +365,16 @@ class JobRunner:
             return
         self.handles[b.instance_key] = handle
         await self.watch(job_id, b.instance_key, handle, starting=True)
+
+    def _watch_again(self, ins: WatchInstance) -> None:
+        """Watch a live instance: a saga's target now carrying the job, or one found after a restart."""
+        handle = self.moves.take_target(ins.migration_id) if ins.migration_id is not None else None
+        handle = handle or self.handles.get(ins.instance_key) or self.launcher.find(ins.job_id, ins.instance_key)
+        if handle is None:
+            self.carry_out(self.core.handle(InstanceEnded(ins.job_id, ins.instance_key, "instance gone")))
+            return
+        self.handles[ins.instance_key] = handle
+        self.spawn(self.watch(ins.job_id, ins.instance_key, handle, starting=ins.starting), ins.instance_key)
 
     def spawn(self, coro: Any, key: str) -> None:
         task = asyncio.get_event_loop().create_task(coro)
@@ -260,7 +393,7 @@ class JobRunner:
             print(f"[fabric.jobs] {key}: {type(exc).__name__}: {exc}")
 
     async def watch(self, job_id: str, key: str, handle: Any, starting: bool) -> None:
-        """Watch one instance until it ends; tell the book what happened."""
+        """Watch one instance until it ends; tell the core what happened."""
         if starting:
             try:
                 err = await asyncio.wait_for(handle.__fabric_started__.remote(), START_TIMEOUT_S)
@@ -276,7 +409,7 @@ class JobRunner:
                 kind, message = err
                 self.launcher.kill(handle)
                 return self._died(job_id, key, False, message, invalid=message if kind == "invalid_spec" else None)
-            self.apply(self.book.started(job_id, key, self.clock()))
+            self.handle(InstanceStarted(job_id, key))
         rec = self.book.jobs.get(job_id)
         spec = rec.spec if rec is not None else JobSpec("job")
         payload = self.payload_of(job_id)
@@ -307,15 +440,7 @@ class JobRunner:
 
     def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
         self.handles.pop(key, None)
-        rec = self.book.jobs.get(job_id)
-        stopping = rec is not None and rec.state == JobState.STOPPING and rec.binding is not None \
-            and rec.binding.instance_key == key
-        if self.moves.source_died(job_id, key) and not stopping:  # stopped on purpose, or a saga owns its end
-            return
-        if rec is not None and rec.binding is not None and rec.binding.node_id in self.preempting:
-            preempted = True
-        self.apply(self.book.died(job_id, key, self.clock(), reason=reason, preempted=preempted, invalid_spec=invalid))
-        self.soon()
+        self.handle(InstanceEnded(job_id, key, reason, preempted=preempted, invalid=invalid))
 
     def soon(self) -> None:
         """Place what is due right after this step, not at the next tick (a recovery waits for
@@ -324,6 +449,12 @@ class JobRunner:
             asyncio.get_event_loop().call_soon(self._place_due)
         except RuntimeError:  # no loop (a unit test driving the runner by hand): the next tick places it
             pass
+
+    def _place_due(self) -> None:
+        try:
+            self.handle(PlacementsDue())
+        except Exception as exc:  # the next tick tries again
+            print(f"[fabric.jobs] placing failed: {type(exc).__name__}: {exc}")
 
     async def _stop(self, ins: StopInstance) -> None:
         handle = self.handles.get(ins.binding.instance_key) or self.launcher.find(ins.job_id, ins.binding.instance_key)
@@ -335,12 +466,8 @@ class JobRunner:
                     pass
             self.launcher.kill(handle)
         # its watch (or its launch, which kills what it created for a job no longer bound to it)
-        # sees the end and finds the book has moved on
+        # sees the end and finds the core has moved on
         self._died(ins.job_id, ins.binding.instance_key, False, "stopped")
-
-    def apply(self, instructions: list[Instruction]) -> None:
-        self.carry_out(instructions)
-        self.persist()
 
     # -- events -----------------------------------------------------------------------------------------
     def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> None:
@@ -383,96 +510,31 @@ class JobRunner:
 
     # -- the loop ---------------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Called every scheduler tick (after the fleet sync): resume once, then place what is due."""
+        """Called every scheduler tick (after the fleet sync): resume once, then the core's tick."""
         if not self.resumed:
             self.resume()
-        self.moves.tick()
-        self.drains.step()
-        self.apply(self.book.due(self.clock(), self.where))
-        self.bundles.reap_deleted()
+        self.handle(JobsTick())
 
     def resume(self) -> None:
-        """After a restart: sagas go on (or roll back) by their phase first; then live instances are
-        watched again and the ones that died meanwhile recovered (a job a saga carries on is the
-        saga's); instances bound to no job and no saga are swept."""
-        self.resumed = True
-        for rec in self.book.bound():  # the old process's allocation ids mean nothing in this core's ledger:
-            b = rec.binding          # a live instance reserves its slot anew, a dead one gives none back
-            if b is not None and b.allocation_id is not None:
-                rec.binding = type(b)(b.node_id, b.instance_key, None)
-                self.book.dirty.add(rec.job_id)
-        owned = self.moves.resume()
-        now = self.clock()
-        out: list[Instruction] = []
-        self._sweep_strays(self.moves.kept_targets())
-        for rec in self.book.bound():
-            b = rec.binding
-            assert b is not None
-            if rec.job_id in owned:
-                continue
-            handle = self.launcher.find(rec.job_id, b.instance_key)
-            if rec.state == JobState.STOPPING:
-                out.append(StopInstance(rec.job_id, b, graceful=False))
-                continue
-            if handle is None:  # under a reclaim notice the scheduler kept, it is not counted
-                out += self.book.died(rec.job_id, b.instance_key, now, reason="instance gone while the scheduler was away",
-                                      preempted=b.node_id in self.preempting)
-                continue
-            self.reserve_again(rec)
-            self.handles[b.instance_key] = handle
-            self.spawn(self.watch(rec.job_id, b.instance_key, handle, starting=rec.state == JobState.STARTING),
-                        b.instance_key)
-        self.apply(out)
-        self.drains.resume()
-        self.persist()
-
-    def _sweep_strays(self, spare: set[tuple[str, str]] = frozenset()) -> None:  # type: ignore[assignment]
-        """After a restart: instances no job is bound to (a migration's target, a start the old
-        scheduler abandoned) are killed, so no job ever runs twice."""
+        """After a restart: the live instances are listed by name and handed to the core, which
+        resumes the sagas by their phase, watches what lives, recovers what died and sweeps what no
+        job or saga owns."""
+        listed: frozenset[tuple[str, str]] | None = None
         listing = getattr(self.launcher, "instances", None)
-        if listing is None:
-            return
-        try:
-            live = listing()
-        except Exception as exc:
-            print(f"[fabric.jobs] listing instances failed: {type(exc).__name__}: {exc}")
-            return
-        for job_id, keys in live.items():
-            rec = self.book.jobs.get(job_id)
-            keep = rec.binding.instance_key if rec is not None and rec.binding is not None else None
-            for key in keys:
-                if key != keep and (job_id, key) not in spare:
-                    handle = self.launcher.find(job_id, key)
-                    if handle is not None:
-                        self.launcher.kill(handle)
-                        self.emit("instance_swept", {"job_id": job_id, "instance_key": key,
-                                                     "reason": "bound to no job after a scheduler restart"})
-
-    def reserve_again(self, rec: JobRecord) -> None:
-        """A live instance found after a restart holds its slot again in the core (pinned)."""
-        b = rec.binding
-        assert b is not None
-        rec.binding = type(b)(b.node_id, b.instance_key, self.reserve_on(rec, b.node_id))
-        self.book.dirty.add(rec.job_id)
-
-    def reserve_on(self, rec: JobRecord, node_id: str) -> int | None:
-        """A slot for ``rec``'s job on ``node_id`` in the core (a pinned placement): its allocation
-        id, or None when the core would not give one (a live instance, or a saga's target, found
-        again after a restart)."""
-        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self.where, target_node=node_id))
-        try:
-            a = reply(self.scheduler.core.handle(s), s.stimulus_id)
-        except Exception:
-            return None
-        return a.allocation_id if a is not None and a.status == "assigned" else None
+        if listing is not None:
+            try:
+                listed = frozenset((job_id, key) for job_id, keys in listing().items() for key in keys)
+            except Exception as exc:
+                print(f"[fabric.jobs] listing instances failed: {type(exc).__name__}: {exc}")
+        wanted = {(r.job_id, r.binding.instance_key) for r in self.book.bound() if r.binding is not None}
+        wanted |= {(m.job_id, k) for m in self.core.migrations.active.values() for k in (m.source_key, m.target_key)
+                   if k is not None}
+        alive = frozenset(jk for jk in wanted if (listed is not None and jk in listed)
+                          or (listed is None and self.launcher.find(*jk) is not None))
+        self.handle(Restarted(alive, listed))
 
     def node_lost(self, node_id: str) -> None:
-        owned = self.moves.node_lost(node_id)
-        self.apply(self.book.node_lost(node_id, self.clock(), skip=owned, preempted=node_id in self.preempting))
-        self.preempting.discard(node_id)
-        self.drains.node_lost(node_id)
-        self.persist()
-        self.soon()
+        self.handle(JobsNodeLost(node_id))
 
     def waiting_by_pool(self, default_pool: str) -> dict[str, int]:
         """Jobs waiting to be placed (pending or recovering, not dormant), per pool."""
@@ -485,43 +547,23 @@ class JobRunner:
 
     def node_joined(self) -> None:
         """New capacity: jobs waiting for a node are placed right after this step."""
-        self.drains.capacity_joined()
-        if self.book.capacity_joined(self.clock()):
-            self.soon()
+        self.handle(CapacityJoined())
 
     # -- requests -----------------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None,
-               bundle_id: str | None = None, replica: int = 0, dormant: bool = False, place: bool = True) -> str:
+    def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None) -> str:
         if not isinstance(spec, JobSpec):
             raise MessageError("spec", "must be a fabric JobSpec", type(spec).__name__)
         for name, blob in (("cls_blob", cls_blob), ("args_blob", args_blob)):
             if not isinstance(blob, bytes) or len(blob) > 64 * 1024 * 1024:
                 raise MessageError(name, "must be bytes, at most 64 MiB", type(blob).__name__)
         self.scheduler.core.check_requirement(spec.requirement)
-        job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
-        known = self.book.jobs.get(job_id)
-        if known is not None:  # a caller's retry of a submit whose answer it did not get: the same job
-            if known.spec != spec or known.bundle_id != bundle_id:
-                raise InvalidSpecError(f"a different job {job_id!r} exists already", field="job_id")
-            return job_id
-        self.payloads[job_id] = (cls_blob, args_blob)
-        self.book.add(job_id, spec, self.clock(), bundle_id=bundle_id, replica=replica, dormant=dormant)
-        self.persist({job_id: (cls_blob, args_blob)})
-        if self.resumed and place:  # placed right after this answer, not before it: a submit is quick
-            self.soon()
-        return job_id
-
-    def _place_due(self) -> None:
-        if not self.resumed:
-            return
-        try:
-            self.apply(self.book.due(self.clock(), self.where))
-        except Exception as exc:  # the next tick tries again
-            print(f"[fabric.jobs] placing failed: {type(exc).__name__}: {exc}")
+        job_id = job_id or new_job_id()
+        if job_id not in self.book.jobs:
+            self.payloads[job_id] = self._unwritten[job_id] = (cls_blob, args_blob)
+        return self.handle(JobSubmitted(job_id, spec))
 
     def stop(self, job_id: str) -> str:
-        self.apply(self.book.stop(job_id, self.clock()))
-        return self.book.job(job_id).state.value
+        return self.handle(StopRequested(job_id))
 
     def status(self, job_id: str) -> JobStatus:
         return summarize(self.book.job(job_id), self.clock())

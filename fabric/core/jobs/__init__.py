@@ -3,7 +3,10 @@
 Modules: ``states`` (JobState, BundleState and their lifecycles), ``spec`` (JobSpec), ``restarts``
 (the restart ceiling and what a death leads to), ``book`` (JobBook: every job and bundle, and the
 instructions that keep them), ``bundles`` (Bundle, BundleJob, ResiliencePolicy, expansion into
-jobs) and ``validation`` (validate_bundle, admission, dry runs)."""
+jobs), ``validation`` (validate_bundle, admission, dry runs), ``migration`` (one saga's rules),
+``drains`` (one node's drain), ``rebalance`` (the choice), and the jobs core over them all: ``core``
+(``JobsCore.handle(stimulus) -> instructions``), ``stimuli``, ``state`` (its books, ``JobsWorld``
+and the executor's instructions), ``sagas`` and ``node_moves`` (their handlers)."""
 
 from fabric.core.jobs.book import Binding, JobBook, JobRecord
 from fabric.core.jobs.restarts import Restart, Verdict, verdict

@@ -96,12 +96,16 @@ class PlaceJob:
     job_id: str
     requirement: Requirement
     context: PlacementContext | None = None
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class StartInstance:
     job_id: str
     binding: Binding
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +113,15 @@ class StopInstance:
     job_id: str
     binding: Binding
     graceful: bool = True
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ReleaseSlot:
     allocation_id: int
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +129,8 @@ class JobEvent:
     kind: str
     """``job_state``, ``job_dropped``, ``job_rejected``, ``bundle_broken``, ``resilience_degraded``, ``placement_failed``."""
     data: dict[str, object]
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 Instruction = PlaceJob | StartInstance | StopInstance | ReleaseSlot | JobEvent

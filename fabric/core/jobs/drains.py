@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Literal
 
@@ -184,6 +184,8 @@ class AskRayToDrain:
     deadline: float | None
     """An interruption's deadline (epoch seconds), when it has one: Ray's ``deadline_timestamp_ms``."""
     message: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,8 @@ class ForceStop:
 
     node_id: str
     job_ids: tuple[str, ...]
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 DrainAction = AskRayToDrain | ForceStop

@@ -113,6 +113,8 @@ class PlaceTarget:
     source_node: str
     target_node: str | None
     override_reservation: bool
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,24 +128,32 @@ class CreateTarget:
     instance_key: str
     deferred: bool
     handover: bool
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class AskReady:
     migration_id: str
     job_id: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Cut:
     migration_id: str
     job_id: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Resume:
     migration_id: str
     job_id: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +164,8 @@ class StopSource:
     job_id: str
     instance_key: str
     kill: bool = False
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +174,8 @@ class BeginTarget:
 
     migration_id: str
     job_id: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +186,8 @@ class StopTarget:
     job_id: str
     instance_key: str | None
     allocation_id: int | None
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +200,8 @@ class Complete:
     instance_key: str
     allocation_id: int | None
     reason: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +211,8 @@ class RollBack:
     migration_id: str
     job_id: str
     reason: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +225,8 @@ class Orphaned:
     source_key: str
     allocation_id: int | None
     reason: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +234,8 @@ class PhaseEvent:
     """A ``migration_phase`` event (and ``migration_completed`` / ``migration_aborted`` at the end)."""
 
     state: "MigrationState"
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
 
 
 Instruction = (PlaceTarget | CreateTarget | AskReady | Cut | Resume | StopSource | BeginTarget | StopTarget
