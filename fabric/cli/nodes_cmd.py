@@ -114,7 +114,7 @@ def format_nodes_table(rows: Sequence[dict[str, Any]], now: float, width: int | 
 def _settings(handle: Any) -> Any:
     """The settings in force, or None (a fabric whose registry holds none): pools then show as labelled."""
     try:
-        return handle._settings()
+        return handle.settings_in_force()
     except Exception:
         return None
 

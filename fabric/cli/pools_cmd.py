@@ -74,11 +74,7 @@ def format_pools(view: dict, width: int | None = NARROW) -> str:
 
 def fetch_view(handle: Any) -> dict:
     """The view from a running fabric (``FabricHandle``)."""
-    from fabric.core.names import SCHEDULER
-
-    settings = handle._settings()
-    nodes = handle._get(handle._actor(SCHEDULER).nodes.remote())
-    return pools_view(settings, nodes, handle.provisions(), handle.spares())
+    return pools_view(handle.settings_in_force(), handle.scheduler_nodes(), handle.provisions(), handle.spares())
 
 
 def run_pools(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ wrapper around it), or as ``AnswerTimeout`` when it took longer than the caller 
 
 from __future__ import annotations
 
+import functools
+from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
 import ray
@@ -88,8 +90,17 @@ class RayDriver:
     # -- watching calls ---------------------------------------------------------------------------
     def when_done(self, ref: Any, callback: Callable[[Any], None]) -> None:
         """Call ``callback(result)`` on one of Ray's threads once ``ref``'s task has finished
-        (it must not block or take a lock a submitter may hold)."""
-        ref._on_completed(callback)
+        (it must not block or take a lock a submitter may hold). ``result`` is the task's value, or
+        for a failed one the error object: Ray's ``RayError`` (``RayActorError``...), and a task's
+        own error as the ``RayTaskError`` that ``ray.get`` raises, an instance of the task's error
+        class as well, with its ``cause``.
+
+        Through Ray's public ``ObjectRef.future()``: Ray sets the future from its completion
+        callback on the core worker's thread (no thread per call, no polling; an already finished
+        task's too), and the future's done-callback passes the outcome on. Only when Ray set the
+        future in the instant between the two does ``add_done_callback`` call it at once on the
+        calling thread, so it must not take a lock the caller holds either."""
+        ref.future().add_done_callback(functools.partial(_pass_outcome, callback))
 
     def all_finished(self, refs: Iterable[Any]) -> bool:
         """Whether every task of ``refs`` has finished (no waiting, nothing fetched)."""
@@ -103,6 +114,12 @@ class RayDriver:
     def slots_in_use(self) -> dict[str, int]:
         """Per alive node id: ``fabric.slots`` in use (total minus available, from Ray's GCS)."""
         return slots_in_use()
+
+
+def _pass_outcome(callback: Callable[[Any], None], future: Future) -> None:
+    """``when_done``'s done-callback: a finished call's value, or its error object, to ``callback``."""
+    error = future.exception()
+    callback(future.result() if error is None else error)
 
 
 def slots_in_use() -> dict[str, int]:

@@ -22,7 +22,7 @@ from fabric.core.jobs.book import JobStatus
 from fabric.core.jobs.bundles import BundleStatus
 from fabric.core.jobs.validation import Admission, ValidationReport
 from fabric.core.names import HEALTH, NAMESPACE, REGISTRY, SCHEDULER
-from fabric.core.placement import Decision, Requirement
+from fabric.core.placement import Decision, NodeRecord, Requirement
 from fabric.core.scheduler_api import FabricEvent, SchedulerApi
 from fabric.core.scheduling import NodeAssignment
 from fabric.core.settings import FabricSettings
@@ -146,6 +146,12 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
 
     def select_worker(self, req: Requirement) -> NodeAssignment:
         return self._scheduler_api().select_worker(req)
+
+    def scheduler_nodes(self) -> list[NodeRecord]:
+        """The scheduler's fleet view: a ``NodeRecord`` per node it places on, prospective ones
+        (provisions still launching) included, each with its pool, spare mark and claimed ports.
+        ``nodes()`` is the registry's view instead; ``RuntimeError`` when the scheduler is not up."""
+        return self._scheduler_api().nodes()
 
     @property
     def fallback_count(self) -> int:

@@ -213,11 +213,10 @@ def post_load(admin: str, config: Mapping[str, Any], timeout_s: float = 5.0) -> 
 def live_bindings(handle: Any) -> tuple[list[Any], list[RouteNode]]:
     """The jobs (``handle.jobs()``) and a ``RouteNode`` per node of the scheduler's fleet view (its
     claimed ports) with its address from Ray's node table (alive nodes only)."""
-    from fabric.core.names import SCHEDULER
     from fabric.rayio.adapter import RayAdapter
 
     jobs = handle.jobs()
-    fleet = handle._get(handle._actor(SCHEDULER).nodes.remote())
+    fleet = handle.scheduler_nodes()
     addresses = {v.node_id: v.address for v in RayAdapter().list_nodes() if v.alive and v.address}
     return jobs, [RouteNode(r.node_id, addresses.get(r.node_id), frozenset(r.ports)) for r in fleet]
 
@@ -225,7 +224,7 @@ def live_bindings(handle: Any) -> tuple[list[Any], list[RouteNode]]:
 class RouteWatcher:
     """Writes the Caddy config of the live bindings to ``path`` and keeps it current.
 
-    ``routes``: host -> ``RouteSettings`` (default: the settings in force, ``handle._settings()``).
+    ``routes``: host -> ``RouteSettings`` (default: the settings in force, ``handle.settings_in_force()``).
     ``bindings(handle) -> (jobs, nodes)``: default ``live_bindings``; ``post(admin, config)``:
     default ``post_load``; ``report(line)``: where a failed read or load is told (default: nowhere).
     Counters ``writes`` and ``loads`` say how often the file was rewritten and Caddy reloaded."""
@@ -259,7 +258,7 @@ class RouteWatcher:
     @property
     def routes(self) -> Mapping[str, Any]:
         if self._routes is None:
-            self._routes = dict(self.handle._settings().routes)
+            self._routes = dict(self.handle.settings_in_force().routes)
         return self._routes
 
     def refresh(self, reload: bool = True) -> bool:

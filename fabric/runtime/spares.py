@@ -60,8 +60,9 @@ class SparesSurface:
     def _scheduler_api(self) -> SchedulerApi:  # pragma: no cover - FabricHandle's
         raise NotImplementedError
 
-    def _settings(self) -> FabricSettings:
-        """The settings in force: this session's (``fabric.up``), else the ones the registry holds."""
+    def settings_in_force(self) -> FabricSettings:
+        """The settings the fabric runs with: this session's (``fabric.up``), else the ones the
+        registry holds (the first ``up``'s). What the CLI's pool columns and the routes watcher read."""
         mine = sessions.session(sessions.driver()).settings
         if mine is not None:
             return mine
@@ -69,13 +70,13 @@ class SparesSurface:
 
     def hot_spares(self) -> list[dict[str, Any]]:
         """The live hot-spare list."""
-        driver = sessions.driver()
-        return [e.model_dump(mode="json") for e in live_list(driver, self._actor(REGISTRY), self._settings(), self.timeout_s)]
+        entries = live_list(sessions.driver(), self._actor(REGISTRY), self.settings_in_force(), self.timeout_s)
+        return [e.model_dump(mode="json") for e in entries]
 
     def update_hot_spares(self, entries: Any) -> dict[str, dict[str, Any]]:
         """Replace the live hot-spare list without a restart; what changed, per pool."""
         driver = sessions.driver()
-        settings = self._settings()
+        settings = self.settings_in_force()
         new = checked_entries(entries, settings)  # SettingsError: every problem, nothing changed
         registry = self._actor(REGISTRY)
         old = live_list(driver, registry, settings, self.timeout_s)
@@ -100,8 +101,9 @@ class SparesSurface:
             from fabric.core.errors import NodeNotFoundError
 
             raise NodeNotFoundError(node)
-        entries = live_list(driver, self._actor(REGISTRY), self._settings(), self.timeout_s)
-        return spare_spec(match[0], entries, self._settings().default_pool.name)
+        settings = self.settings_in_force()
+        entries = live_list(driver, self._actor(REGISTRY), settings, self.timeout_s)
+        return spare_spec(match[0], entries, settings.default_pool.name)
 
     def spares(self) -> list[dict[str, Any]]:
         """Each pool's spares now: target, live, consumed, pending, reaping, warm for what."""

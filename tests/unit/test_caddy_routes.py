@@ -127,7 +127,7 @@ class FakeHandle:
         self.settings = SimpleNamespace(routes=routes or ROUTES)
         self.reads = 0
 
-    def _settings(self):
+    def settings_in_force(self):
         return self.settings
 
 

@@ -222,14 +222,11 @@ class FakeHandle:
     def bundles(self):
         return bundles()
 
-    def _settings(self):
+    def settings_in_force(self):
         return SETTINGS
 
-    def _get(self, value):
-        return value
-
-    def _actor(self, name):
-        return argparse.Namespace(nodes=_Remote(fleet()))
+    def scheduler_nodes(self):
+        return fleet()
 
     def provisions(self):
         return {"pending": [{"provision_id": "p1", "pool": "default", "pool_tier": "burst-capacity-in-another-region",
