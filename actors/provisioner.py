@@ -16,6 +16,17 @@ provider again (listed, scaled down, terminated by ``fabric down`` as if started
 ended is forgotten, and what a provision in flight had started but not yet answered (a ``ray
 start`` pid file nobody adopted) is killed. None is leaked, none terminated twice.
 
+Provisions in flight are kept beside them (``fabric.core.scheduling.provision_rows``,
+``fabric.core.spares.rows``). The task core's (its ``ProvisionBook``) are written by ``persist``,
+which the scheduler calls after every stimulus, as ``provision`` and ``provision_hold`` rows; the
+instance a provision's answer brought is written in the same transaction as the provision's row
+that names it, so no restart falls between the two. A spare reconciler's (asked with a
+``provision_id``) are ``spare_provision`` rows from the ask until the node registers or is
+terminated; asking again for the same id answers the node already started. ``attach`` gives each
+back whose instance its provider took back (the core's through ``ProvisionsAdopted``, the
+reconcilers' through ``view``) and drops, with a ``provision_dropped`` / ``spare_provision_dropped``
+note, one that was never answered (what it started is swept) or whose instance is gone.
+
 What the provisioner needs of the scheduler it serves is the ``ProvisionerHost`` port below, so this
 module imports nothing of ``actors.scheduler`` (the scheduler builds a ``Provisioner``; the
 provisioner only answers it).
@@ -28,12 +39,24 @@ import concurrent.futures
 import json
 import time
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from fabric.core.errors import FabricError
-from fabric.core.scheduling import ProvisionFailed, ProvisionNode, ProvisionStarted, Stimulus, TerminateNode
+from fabric.core.scheduling import (
+    ProvisionFailed, ProvisionNode, ProvisionsAdopted, ProvisionStarted, Stimulus, TerminateNode,
+)
+from fabric.core.scheduling.provision_rows import (
+    HOLD_KIND, PROVISION_KIND, book_changes, hold_from_row, provision_from_row,
+)
+from fabric.core.scheduling.provisions import ProvisionBook
 from fabric.core.settings import FabricSettings, NodeShape
+from fabric.core.spares.rows import (
+    SPARE_PROVISION_KIND, KeptSpareProvision, spare_provision_from_row, spare_provision_row,
+)
 from fabric.providers.base import ProvisionedNode
+
+StateRow = tuple[str, str, bytes | None]
+"""``(kind, key, record)`` of the job store's ``state`` table (a None record deletes the row)."""
 
 PROVIDER_THREADS = 4
 """Provider calls in flight at once (each ``ray start`` is a few seconds of mostly waiting)."""
@@ -65,8 +88,13 @@ class ProvisionerHost(Protocol):
         ...
 
     def handle_stimulus(self, stimulus: Stimulus) -> object:
-        """Hand the core a stimulus (``ProvisionStarted`` / ``ProvisionFailed``) and carry out its answer."""
+        """Hand the core a stimulus (``ProvisionStarted`` / ``ProvisionFailed`` / ``ProvisionsAdopted``)
+        and carry out its answer; the host then calls ``Provisioner.persist`` with the core's book."""
         ...
+
+
+def _dumps(row: Mapping[str, Any]) -> bytes:
+    return json.dumps(row, sort_keys=True).encode()
 
 
 def providers_dir(settings: Any, gcs_address: str) -> Path:
@@ -93,18 +121,24 @@ class Provisioner:
         self._joined_early: dict[str, float] = {}
         self._store: Any = None
         """The job store the instance rows go to (``attach``); None: nothing is kept (unit tests)."""
+        self._outbox: list[StateRow] = []
+        """Rows to write with the next ``persist`` (an answered provision's instance), or not written yet."""
+        self.spare_provisions: dict[str, KeptSpareProvision] = {}
+        """Provision id -> a spare reconciler's provision kept in the store (asked, or answered and not registered)."""
+        self._asking: dict[str, asyncio.Event] = {}
+        """Spare provision ids whose provider call runs now (a second ask waits for it)."""
 
     # -- the store ---------------------------------------------------------------------------------
     def attach(self, store: Any) -> int:
         """Keep instance rows in ``store`` from now on, and adopt the instances rows kept by a
         scheduler before this one: each its provider takes back if it still runs (the rest are
-        forgotten), then the local provider kills what nobody adopted. How many were adopted."""
+        forgotten), then the local provider kills what nobody adopted. The provisions in flight
+        kept there are given back next (``_adopt_provisions``). How many instances were adopted."""
         self._store = store
         rows = store.state("instance")
-        if not rows:
-            return 0
-        adopted, gone = 0, []
-        providers = self.providers()
+        held: set[tuple[str, str]] = set()
+        gone: list[StateRow] = []
+        providers = self.providers() if rows else {}
         for key, blob in rows:
             try:
                 node = ProvisionedNode.from_row(json.loads(blob))
@@ -113,7 +147,7 @@ class Provisioner:
                 continue
             adopt = getattr(providers.get(node.provider), "adopt", None)
             if adopt is not None and adopt(node):
-                adopted += 1
+                held.add((node.provider, node.instance_id))
                 self._note("instance_adopted", provider=node.provider, instance_id=node.instance_id, pool=node.pool,
                            pool_tier=node.pool_tier, shape=node.shape.name)
             else:
@@ -129,16 +163,114 @@ class Provisioner:
                                reason="started by a provision a restart interrupted; nobody adopted them")
         if gone:
             store.write(state=gone)
-        return adopted
+        self._adopt_provisions(store, held)
+        return len(held)
+
+    def _adopt_provisions(self, store: Any, held: set[tuple[str, str]]) -> None:
+        """The provisions in flight a scheduler before this one kept: the task core's handed back to
+        the core (``ProvisionsAdopted``) with the pool tiers it held, the spare reconcilers' kept here
+        for them to read; each whose instance is not among ``held`` dropped (its row deleted, a note)."""
+        wall = time.time()
+        dropped: list[StateRow] = []
+        kept = []
+        for key, blob in store.state(PROVISION_KIND):
+            try:
+                p = provision_from_row(json.loads(blob), 0.0)  # times stay wall-clock: the core moves them
+            except Exception as exc:
+                self._note("provision_dropped", provision_id=key,
+                           reason=f"its row cannot be read: {type(exc).__name__}: {exc}")
+                dropped.append((PROVISION_KIND, key, None))
+                continue
+            why = self._unusable(p.provider, p.instance_id, held)
+            if why:
+                dropped.append((PROVISION_KIND, key, None))
+                self._note("provision_dropped", provision_id=p.provision_id, provider=p.provider, pool=p.pool,
+                           pool_tier=p.pool_tier, instance_id=p.instance_id, reason=why)
+            else:
+                kept.append(p)
+                self._note("provision_adopted", provision_id=p.provision_id, provider=p.provider, pool=p.pool,
+                           pool_tier=p.pool_tier, instance_id=p.instance_id, timeout_in_s=round(p.deadline - wall, 3))
+        holds = []
+        for key, blob in store.state(HOLD_KIND):
+            try:
+                holds.append(hold_from_row(json.loads(blob), 0.0))
+            except Exception as exc:
+                print(f"[fabric.provisioner] hold {key!r} could not be read back: {type(exc).__name__}: {exc}")
+                dropped.append((HOLD_KIND, key, None))
+        for key, blob in store.state(SPARE_PROVISION_KIND):
+            try:
+                k = spare_provision_from_row(json.loads(blob))
+            except Exception as exc:
+                self._note("spare_provision_dropped", provision_id=key,
+                           reason=f"its row cannot be read: {type(exc).__name__}: {exc}")
+                dropped.append((SPARE_PROVISION_KIND, key, None))
+                continue
+            why = self._unusable(k.provider, k.instance_id, held)
+            if why:
+                dropped.append((SPARE_PROVISION_KIND, key, None))
+                self._note("spare_provision_dropped", provision_id=k.provision_id, provider=k.provider, pool=k.pool,
+                           pool_tier=k.pool_tier, instance_id=k.instance_id, reason=why)
+            else:
+                self.spare_provisions[k.provision_id] = k
+        if dropped:
+            store.write(state=dropped)
+        if kept or holds:
+            self.host.handle_stimulus(ProvisionsAdopted(tuple(kept), tuple(holds), wall))
+
+    @staticmethod
+    def _unusable(provider: str, instance_id: str | None, held: set[tuple[str, str]]) -> str:
+        """Why a kept provision cannot be taken back ("" when it can)."""
+        if instance_id is None:
+            return "its provider had not answered when the scheduler stopped (what it started is swept)"
+        if (provider, instance_id) not in held:
+            return "its instance no longer runs (or its provider could not take it back)"
+        return ""
+
+    def persist(self, book: ProvisionBook, clock: Callable[[], float]) -> None:
+        """Write what changed in the task core's ``book`` since the last call (``clock``: the core's)
+        as ``state`` rows, with the rows waiting in the outbox, in one transaction. The host calls it
+        after every stimulus; a write that fails is tried again with the next."""
+        changes = book_changes(book, time.time() - clock()) if book.changed else []
+        if not changes and not self._outbox:
+            return
+        if self._store is None:
+            self._outbox.clear()
+            return
+        rows = self._outbox + [(kind, key, None if row is None else _dumps(row)) for kind, key, row in changes]
+        self._outbox = []
+        self._write(rows)
+
+    def _write(self, rows: list[StateRow]) -> None:
+        """One transaction of ``state`` rows; what fails waits in the outbox for the next write."""
+        if self._store is None or not rows:
+            return
+        try:
+            self._store.write(state=rows)
+        except Exception as exc:  # kept for the next write: the newest row of each key, no more
+            self._outbox = list({(kind, key): (kind, key, rec) for kind, key, rec in rows + self._outbox}.values())
+            print(f"[fabric.provisioner] provision rows not written yet: {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _instance_row(node: Any) -> StateRow:
+        return ("instance", f"{node.provider}/{node.instance_id}", _dumps(node.as_row()))
 
     def _keep(self, node: Any) -> None:
         if self._store is not None:
-            self._store.write(state=[("instance", f"{node.provider}/{node.instance_id}",
-                                      json.dumps(node.as_row(), sort_keys=True).encode())])
+            self._store.write(state=[self._instance_row(node)])
 
     def _forget(self, provider: str, instance_id: str) -> None:
-        if self._store is not None:
-            self._store.write(state=[("instance", f"{provider}/{instance_id}", None)])
+        """The instance's row goes, and a spare provision's row that named it."""
+        rows: list[StateRow] = [("instance", f"{provider}/{instance_id}", None)]
+        rows += self._spares_of(instance_id, provider)
+        self._write(rows)
+
+    def _spares_of(self, instance_id: str, provider: str | None = None) -> list[StateRow]:
+        """Forget the spare provisions answered with ``instance_id``: the deletions of their rows."""
+        ids = [pid for pid, k in self.spare_provisions.items()
+               if k.instance_id == instance_id and (provider is None or k.provider == provider)]
+        for pid in ids:
+            del self.spare_provisions[pid]
+        return [(SPARE_PROVISION_KIND, pid, None) for pid in ids]
 
     # -- providers ---------------------------------------------------------------------------------
     def providers(self) -> dict[str, Any]:
@@ -170,25 +302,68 @@ class Provisioner:
         self._note("provision_requested", provision_id=ins.provision_id, provider=ins.provider, pool=ins.pool,
                    pool_tier=ins.pool_tier, shape=ins.shape.name, reason=ins.reason)
         try:
-            node = await self.provision(ins.provider, ins.shape, ins.pool, ins.pool_tier, spare=False)
+            node = await self._start(ins.provider, ins.shape, ins.pool, ins.pool_tier, spare=False)
         except Exception as exc:
             self._note("provision_failed", provision_id=ins.provision_id, provider=ins.provider, pool=ins.pool,
                        pool_tier=ins.pool_tier, shape=ins.shape.name, error=f"{type(exc).__name__}: {exc}")
             self.host.handle_stimulus(ProvisionFailed(ins.provision_id, str(exc)))
             return
         self.started_at[node.instance_id] = t0
+        if self._store is not None:  # written with the provision's row that names it (the host's persist)
+            self._outbox.append(self._instance_row(node))
         self.host.handle_stimulus(ProvisionStarted(ins.provision_id, node.instance_id, ins.provider))
+        rows, self._outbox = self._outbox, []
+        self._write(rows)  # nothing left when the host persisted; else the instance is not left unwritten
 
     async def provision(self, provider: str, shape: NodeShape, pool: str, pool_tier: str, *, spare: bool,
-                        tags: Mapping[str, str] | None = None) -> Any:
-        """Have ``provider`` start a node (in a thread); its ``ProvisionedNode``."""
+                        tags: Mapping[str, str] | None = None, provision_id: str | None = None) -> Any:
+        """Have ``provider`` start a node (in a thread); its ``ProvisionedNode``. With ``provision_id``
+        (a spare reconciler's), the provision is kept as a ``spare_provision`` row from the ask until
+        its node registers or is terminated, and a second ask of that id answers the same node (one
+        still being started is waited for; a failed one is asked again)."""
+        if provision_id is None:
+            node = await self._start(provider, shape, pool, pool_tier, spare=spare, tags=tags)
+            self._keep(node)
+            return node
+        while provision_id in self._asking:
+            await self._asking[provision_id].wait()
+        kept = self.spare_provisions.get(provision_id)
+        if kept is not None and kept.instance_id is not None:
+            node = next((n for n in self.provider(kept.provider).list() if n.instance_id == kept.instance_id), None)
+            if node is not None:
+                self._note("spare_provision_answered_again", provision_id=provision_id, provider=kept.provider,
+                           instance_id=kept.instance_id, reason="asked again for a provision already started")
+                return node
+        kept = KeptSpareProvision(pool, provision_id, provider, pool_tier, shape, time.time())
+        self.spare_provisions[provision_id] = kept
+        self._asking[provision_id] = done = asyncio.Event()
+        self._write([(SPARE_PROVISION_KIND, provision_id, _dumps(spare_provision_row(kept)))])
+        try:
+            node = await self._start(provider, shape, pool, pool_tier, spare=spare, tags=tags)
+        except BaseException:
+            self.spare_provisions.pop(provision_id, None)
+            self._write([(SPARE_PROVISION_KIND, provision_id, None)])
+            raise
+        finally:
+            del self._asking[provision_id]
+            done.set()
+        if node.instance_id in self.serving_s:  # its node registered before the provider answered: nothing to keep
+            self.spare_provisions.pop(provision_id, None)
+            self._write([self._instance_row(node), (SPARE_PROVISION_KIND, provision_id, None)])
+            return node
+        kept = self.spare_provisions[provision_id] = kept.answered(node.instance_id, time.time())
+        self._write([self._instance_row(node), (SPARE_PROVISION_KIND, provision_id, _dumps(spare_provision_row(kept)))])
+        return node
+
+    async def _start(self, provider: str, shape: NodeShape, pool: str, pool_tier: str, *, spare: bool,
+                     tags: Mapping[str, str] | None = None) -> Any:
+        """The provider's call itself (in a thread) and its note; the caller keeps the instance's row."""
         p = self.provider(provider)
         loop = asyncio.get_event_loop()
         t0 = time.monotonic()
         node = await loop.run_in_executor(
             self._pool, lambda: p.provision(shape, pool=pool, pool_tier=pool_tier, spare=spare, tags=dict(tags or {})))
         self.started_at.setdefault(node.instance_id, t0)
-        self._keep(node)
         joined = self._joined_early.pop(node.instance_id, None)
         if joined is not None:  # it registered before ray start reported it up
             self.serving_s[node.instance_id] = round(max(0.0, joined - self.started_at[node.instance_id]), 3)
@@ -217,7 +392,10 @@ class Provisioner:
                 await health.release_node.remote(node_id)
 
     def registered(self, instance_id: str | None) -> None:
-        """A provisioned node registered: how long it took from the provision."""
+        """A provisioned node registered: how long it took from the provision; a spare provision it
+        fulfils is no longer kept (the node is in the fleet, labelled a spare)."""
+        if instance_id and self.spare_provisions:
+            self._write(self._spares_of(instance_id))
         if not instance_id or instance_id in self.serving_s:
             return
         if instance_id in self.started_at:
@@ -253,6 +431,13 @@ class Provisioner:
         """Whether ``provider`` (already built) made ``instance_id`` and holds it still."""
         p = (self._providers or {}).get(provider or "")
         return p is not None and any(n.instance_id == instance_id for n in p.list())
+
+    def view(self) -> dict[str, Any]:
+        """What ``Scheduler.provisions`` adds to the core's view: the nodes providers made, their
+        provision-to-serving times, the last notes, and the spare provisions kept (rows, for a
+        restarted reconciler to take back)."""
+        return {"instances": self.instances(), "serving_s": dict(self.serving_s), "log": list(self.log[-50:]),
+                "spare_provisions": [spare_provision_row(k) for k in self.spare_provisions.values()]}
 
     def instances(self) -> list[dict]:
         out = []

@@ -163,6 +163,7 @@ class Scheduler:
     def _carry_out(self, instructions: list[Instruction]) -> asyncio.Task | None:
         """Wake or fail the waiting callers now; write to the registry in order, in one task
         (returned, for a caller that answers only once the registry has it)."""
+        self.provisioner.persist(self.core.provisions, self.core.clock)  # provisions that changed: durable first
         writes: list[Instruction] = []
         for ins in instructions:
             if isinstance(ins, Placed):
@@ -475,13 +476,17 @@ class Scheduler:
                                                  "instance_id": rec.instance_id, "reason": a.reason})
 
     # -- providers and spares (actors.provisioner, actors.spares) -------------------------------------------
-    async def provision_node(self, provider: str, shape: Any, pool: str, pool_tier: str, spare: bool = False) -> dict:
+    async def provision_node(self, provider: str, shape: Any, pool: str, pool_tier: str, spare: bool = False,
+                             provision_id: str | None = None) -> dict:
         """Have ``provider`` start one node (a spare reconciler's provision); its ``ProvisionedNode``
-        as a dict. ``ProviderError`` when it cannot."""
+        as a dict. ``ProviderError`` when it cannot. ``provision_id``: kept in the job store until the
+        node registers; asked again (a retried call, a restarted reconciler) it answers the same node."""
         from fabric.core.settings import NodeShape
 
+        pid = None if provision_id is None else msg.read_id("provision_id", provision_id)
         node = await self.provisioner.provision(msg.read_id("provider", provider), NodeShape.model_validate(shape),
-                                                msg.read_id("pool", pool), msg.read_id("pool_tier", pool_tier), spare=bool(spare))
+                                                msg.read_id("pool", pool), msg.read_id("pool_tier", pool_tier),
+                                                spare=bool(spare), provision_id=pid)
         return {"instance_id": node.instance_id, "provider": node.provider, "pool": node.pool, "pool_tier": node.pool_tier,
                 "shape": node.shape.name, "spare": node.spare, "name": node.name}
 
@@ -509,12 +514,9 @@ class Scheduler:
             self.jobs.emit(msg.read_id("kind", kind), dict(data))
 
     def provisions(self) -> dict:
-        """Open provisions, held pool tiers, the nodes providers made, and provision-to-serving times."""
-        view = self.core.provisions_view()
-        view["instances"] = self.provisioner.instances()
-        view["serving_s"] = dict(self.provisioner.serving_s)
-        view["log"] = list(self.provisioner.log[-50:])
-        return view
+        """Open provisions, held pool tiers, the nodes providers made, provision-to-serving times, the
+        provider notes and the spare provisions kept for the reconcilers (``Provisioner.view``)."""
+        return {**self.core.provisions_view(), **self.provisioner.view()}
 
     def reservations(self) -> dict[str, dict[str, int]]:
         """Per node: reservations by owner kind (``task``, ``lease``, ``observed``): what the engine counts."""

@@ -15,9 +15,13 @@ decisions out through the scheduler, which owns the providers and the fleet view
 - ``Underflow`` -> a ``spare_underflow`` event.
 
 The live entry comes from the registry (``HOT_SPARES_KEY``, written by ``h.update_hot_spares``),
-else the settings' ``hot_spares``. A restart re-runs ``__init__``: provisions in flight are
-forgotten (a provision that registers later is an ordinary spare-labelled node of the pool and is
-counted as a spare again).
+else the settings' ``hot_spares``. A restart re-runs ``__init__``; provisions in flight are not
+forgotten: each provision is asked for with its id, and the scheduler keeps it in the job store
+(``spare_provision`` rows, ``fabric.core.spares.rows``) until its node registers or is terminated.
+Before its first round a reconciler takes its pool's kept provisions back (``_adopt_kept``): each
+counts as pending, times out from when it was really asked for and is matched by instance id when
+its node joins, so a restart provisions nothing twice. One whose provider had not answered yet is
+followed each round until it answers (or its row goes: it failed, or its node registered).
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ import ray
 
 from fabric.core.names import HEAD_RESOURCE, HOT_SPARES_KEY, NAMESPACE, REGISTRY, SCHEDULER, probe_actor_name
 from fabric.core.settings import FabricSettings, HotSpareSettings
-from fabric.core.spares import Abandon, Prefetch, Provision, Reap, SpareState, Tag, Underflow, reconcile, survey
+from fabric.core.spares import (
+    Abandon, Prefetch, Provision, ProvisionPhase, Reap, SpareState, Tag, Underflow, reconcile, survey,
+)
 from fabric.core.spares.entries import parse_hot_spares
+from fabric.core.spares.rows import KeptSpareProvision, in_flight_of, spare_provision_from_row
 
 INTERVAL_S = 1.0
 """How often a reconciler looks (cheap: one read of the scheduler's fleet)."""
@@ -60,6 +67,10 @@ class SpareReconciler:
         """Instance id -> (provision id, provider), for provisions the provider started and whose node has not shown up."""
         self.errors: list[str] = []
         self.rounds = 0
+        self.adopted: bool = False
+        """Whether the kept provisions of the pool were read back (before the first round decides anything)."""
+        self._unanswered: set[str] = set()
+        """Adopted provisions whose provider had not answered yet: followed each round."""
         self._wake = asyncio.Event()
         self._busy: set[str] = set()
         self._task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
@@ -91,6 +102,10 @@ class SpareReconciler:
 
     async def reconcile_once(self) -> list[Any]:
         sched = self._scheduler()
+        if not self.adopted:
+            await self._adopt_kept(sched)
+        elif self._unanswered:
+            await self._follow_kept(sched)
         records = await sched.nodes.remote()
         now = time.monotonic()
         by_instance = {r.instance_id: r.node_id for r in records if r.instance_id}
@@ -114,6 +129,59 @@ class SpareReconciler:
         self.rounds += 1
         return decisions
 
+    # -- provisions kept by the scheduler (a restart) ------------------------------------------------
+    async def _kept(self, sched: Any) -> dict[str, KeptSpareProvision]:
+        """The pool's spare provisions the scheduler keeps, by id (an unreadable row is reported and skipped)."""
+        view = await sched.provisions.remote()
+        out: dict[str, KeptSpareProvision] = {}
+        for row in view.get("spare_provisions", ()):
+            try:
+                k = spare_provision_from_row(row)
+            except Exception as exc:
+                self._error(f"a kept spare provision cannot be read: {type(exc).__name__}: {exc}")
+                continue
+            if k.pool == self.pool:
+                out[k.provision_id] = k
+        return out
+
+    async def _adopt_kept(self, sched: Any) -> int:
+        """Take back the pool's provisions in flight a reconciler before this one asked for (counted
+        pending, timed out from their own ask, matched by instance id); how many."""
+        kept = await self._kept(sched)
+        offset = time.time() - time.monotonic()
+        taken = []
+        for k in kept.values():
+            if not self.state.adopt(in_flight_of(k, offset)):
+                continue
+            taken.append(k.provision_id)
+            if k.instance_id is not None:
+                self.instances[k.instance_id] = (k.provision_id, k.provider)
+            else:
+                self._unanswered.add(k.provision_id)
+        self.adopted = True
+        if taken:
+            await sched.record_event.remote("spare_provisions_adopted", {
+                "pool": self.pool, "provision_ids": sorted(taken), "unanswered": sorted(self._unanswered)})
+        return len(taken)
+
+    async def _follow_kept(self, sched: Any) -> None:
+        """Adopted provisions whose provider had not answered: one that answered is started (or, if it
+        was abandoned meanwhile, its node given back); one whose row went (it failed, or its node
+        registered and counts as a spare by its label) ends without a backoff."""
+        kept = await self._kept(sched)
+        now = time.monotonic()
+        for pid in sorted(self._unanswered):
+            k = kept.get(pid)
+            if k is not None and k.instance_id is None:
+                continue
+            self._unanswered.discard(pid)
+            if k is None or k.instance_id is None:
+                self.state.abandon(pid, now, None)
+            elif self.state.provision_started(pid, now):
+                self.instances[k.instance_id] = (pid, k.provider)
+            elif self.state.finished.get(pid) is ProvisionPhase.ABANDONED:
+                await sched.terminate_node.remote(k.provider, k.instance_id, "spare abandoned")
+
     def _templates(self) -> dict[str, tuple[str, ...]]:
         templates = getattr(self.settings, "templates", None) or {}
         return {name: tuple(t.artifacts) for name, t in templates.items()}
@@ -132,7 +200,8 @@ class SpareReconciler:
         provider = pt.provider if pt is not None else "local"
         backoff = self.spec.provision_backoff_s if self.spec is not None else 60.0
         try:
-            node = await sched.provision_node.remote(provider, d.shape.model_dump(mode="json"), d.pool, d.pool_tier, True)
+            node = await sched.provision_node.remote(provider, d.shape.model_dump(mode="json"), d.pool, d.pool_tier,
+                                                     True, d.provision_id)
         except Exception as exc:
             cause = getattr(exc, "cause", None) or exc  # the provider's own error, not Ray's wrapper
             self.state.provision_failed(d.provision_id, time.monotonic(), backoff)

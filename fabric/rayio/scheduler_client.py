@@ -180,8 +180,9 @@ class SchedulerClient:
 
     # -- providers and spares -----------------------------------------------------------------------
     def provision_node(self, provider: str, shape: NodeShape | Mapping[str, object], pool: str, pool_tier: str,
-                       spare: bool = False) -> ProvisionedInfo:
-        return self._answer(self._handle.provision_node.remote(provider, shape, pool, pool_tier, spare), None)
+                       spare: bool = False, provision_id: str | None = None) -> ProvisionedInfo:
+        return self._answer(self._handle.provision_node.remote(provider, shape, pool, pool_tier, spare, provision_id),
+                            None)
 
     def terminate_node(self, provider: str, instance_id: str, reason: str = "", node_id: str | None = None) -> None:
         self._answer(self._handle.terminate_node.remote(provider, instance_id, reason, node_id), None)
@@ -366,8 +367,8 @@ class AsyncSchedulerClient:
 
     # -- providers and spares -----------------------------------------------------------------------
     async def provision_node(self, provider: str, shape: NodeShape | Mapping[str, object], pool: str, pool_tier: str,
-                             spare: bool = False) -> ProvisionedInfo:
-        return await self._handle().provision_node.remote(provider, shape, pool, pool_tier, spare)
+                             spare: bool = False, provision_id: str | None = None) -> ProvisionedInfo:
+        return await self._handle().provision_node.remote(provider, shape, pool, pool_tier, spare, provision_id)
 
     async def terminate_node(self, provider: str, instance_id: str, reason: str = "",
                              node_id: str | None = None) -> None:

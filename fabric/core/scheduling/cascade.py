@@ -25,6 +25,7 @@ from fabric.core.placement.filters import provision_shape
 from fabric.core.scheduling import stimuli as st
 from fabric.core.scheduling.instructions import Instruction, ProvisionNode, TerminateNode
 from fabric.core.scheduling.ledger import AllocationLedger
+from fabric.core.scheduling.provision_rows import shifted
 from fabric.core.scheduling.provisions import (
     MAX_PENDING, PendingProvision, ProvisionBook, find_pool_tier, is_prospective, shape_record,
 )
@@ -152,6 +153,26 @@ class Cascade:
         if p is None:
             return []
         return self._registered(p, sid)
+
+    def adopt(self, s: st.ProvisionsAdopted, now: float) -> list[Instruction]:
+        """Provisions a scheduler before this one opened, taken back after a restart: each open again
+        with its instance id, its deadline (moved into this clock) and its prospective record, so a
+        burst waits on it instead of provisioning again and its node is matched when it joins; each
+        hold restored until its end. Nothing is asked of a provider (the queue is empty at a restart).
+        One whose node is in the fleet already registered: it is not opened again."""
+        by = now - s.wall
+        here = {r.instance_id for r in self.fleet.records() if r.instance_id and not r.launching}
+        for p in s.provisions:
+            q = shifted(p, by)
+            if q.instance_id in here or q.node_id in self.fleet or not self.provisions.adopt(q):
+                continue
+            rec = self.fleet.add(shape_record(q.node_id, q.shape, q.pool, q.pool_tier))
+            self.ledger.note_cap(rec.node_id, rec.slots)
+        for pool, pool_tier, until in s.holds:
+            if until + by > now:
+                self.provisions.restore_hold(pool, pool_tier, until + by)
+        self._refresh_held(now)
+        return []
 
     def _registered(self, p: PendingProvision, sid: str) -> list[Instruction]:
         self.provisions.close(p.provision_id)

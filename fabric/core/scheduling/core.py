@@ -107,6 +107,7 @@ class SchedulerCore:
             st.DrainRequested: self._drain_requested, st.Tick: self._tick,
             st.ProvisionStarted: self.cascade.started, st.ProvisionFailed: self._provision_failed,
             st.ProvisionRequested: self._provision_requested, st.SlotsObserved: self._slots_observed,
+            st.ProvisionsAdopted: self.cascade.adopt,
         }
 
     # -- the one way in -----------------------------------------------------------------------------

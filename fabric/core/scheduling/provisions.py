@@ -22,6 +22,11 @@ A provision ends in one of three ways:
   goes, what the provider started is terminated (``TerminateNode``; at once when its instance id
   is known, else when ``ProvisionStarted`` brings it), and its work is placed again.
 
+What the book holds outlives a scheduler restart: every provision it opens, answers or closes and
+every hold it sets or ends is noted (``take_changes``), and the scheduler actor writes those as
+``state`` rows of the job store (``provision_rows``); a restarted scheduler hands the ones it can
+still use back (``adopt``, ``restore_hold``) before anything new is placed.
+
 Pure: time comes in as ``now``.
 """
 
@@ -116,6 +121,10 @@ class ProvisionBook:
     """Provisions abandoned before the provider answered: terminate what it answers."""
     _early: dict[str, str] = field(default_factory=dict)
     """Instance id -> node id of provisioned nodes that registered before their provider answered."""
+    _changed: set[str] = field(default_factory=set)
+    """Provision ids opened, answered or closed since ``take_changes``: their rows are to be written again."""
+    _holds_changed: set[tuple[str, str]] = field(default_factory=set)
+    """Pool tiers whose hold was set or ended since ``take_changes``."""
 
     def __len__(self) -> int:
         return len(self._open)
@@ -129,9 +138,38 @@ class ProvisionBook:
     def open(self, pool: str, pool_tier: str, provider: str, shape: NodeShape, now: float, timeout_s: float,
              reason: str = "") -> PendingProvision:
         pid = f"p{next(_IDS)}"
+        while pid in self._open:  # an id a scheduler before this one gave (adopted): never two of one id
+            pid = f"p{next(_IDS)}"
         p = PendingProvision(pid, pool, pool_tier, provider, shape, now, now + timeout_s, reason=reason)
         self._open[pid] = p
+        self._changed.add(pid)
         return p
+
+    def adopt(self, p: PendingProvision) -> bool:
+        """Take back a provision a scheduler before this one opened (its row read back, its instance
+        still running): open again as it was, deadline included. False when that id is open already."""
+        if p.provision_id in self._open:
+            return False
+        self._open[p.provision_id] = p
+        return True
+
+    def restore_hold(self, pool: str, pool_tier: str, until: float) -> None:
+        """Hold a pool tier until ``until`` again (a hold read back after a restart; a later one stays)."""
+        key = (pool, pool_tier)
+        self._held[key] = max(until, self._held.get(key, until))
+
+    @property
+    def changed(self) -> bool:
+        """Whether a provision or a hold changed since ``take_changes`` (cheap: asked after every stimulus)."""
+        return bool(self._changed or self._holds_changed)
+
+    def take_changes(self) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+        """The provision ids and pool tiers whose rows changed since the last call (then forgotten):
+        an id no longer open, or a pool tier no longer held, is a row to delete."""
+        out = frozenset(self._changed), frozenset(self._holds_changed)
+        self._changed.clear()
+        self._holds_changed.clear()
+        return out
 
     def started(self, provision_id: str, instance_id: str) -> tuple[PendingProvision | None, bool]:
         """The provider answered: ``(provision, registered_already)``; the provision is None when it
@@ -140,6 +178,7 @@ class ProvisionBook:
         if p is None:
             return None, False
         p.instance_id = instance_id
+        self._changed.add(provision_id)
         return p, instance_id in self._early
 
     def take_abandoned(self, provision_id: str) -> bool:
@@ -169,8 +208,10 @@ class ProvisionBook:
 
     def close(self, provision_id: str) -> PendingProvision | None:
         p = self._open.pop(provision_id, None)
-        if p is not None and p.instance_id:
-            self._early.pop(p.instance_id, None)
+        if p is not None:
+            self._changed.add(provision_id)
+            if p.instance_id:
+                self._early.pop(p.instance_id, None)
         return p
 
     def abandon(self, provision_id: str) -> PendingProvision | None:
@@ -184,11 +225,13 @@ class ProvisionBook:
 
     def hold(self, pool: str, pool_tier: str, now: float) -> None:
         self._held[(pool, pool_tier)] = now + self.backoff_s
+        self._holds_changed.add((pool, pool_tier))
 
     def held(self, now: float) -> frozenset[tuple[str, str]]:
         """Pool tiers not to provision in now; drops holds that ended."""
         for k in [k for k, until in self._held.items() if until <= now]:
             del self._held[k]
+            self._holds_changed.add(k)
         return frozenset(self._held)
 
     def held_until(self) -> dict[tuple[str, str], float]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from fabric.core.placement import NodeRecord, PlacementContext, Requirement
+from fabric.core.scheduling.provisions import PendingProvision
 from fabric.core.tiers import ComputeTier
 
 _IDS: Iterator[int] = itertools.count(1)
@@ -219,6 +220,19 @@ class ProvisionFailed(Stimulus):
     error: str = ""
 
 
+@dataclass(frozen=True)
+class ProvisionsAdopted(Stimulus):
+    """Provisions in flight and held pool tiers a scheduler before this one kept (read back from the
+    job store after a restart, each provision's instance still running): open again, each with its
+    prospective node. Their times are in a clock where ``wall`` is now (the actor's wall clock when it
+    read them); the core moves them into its own, so each keeps its deadline and each hold its end."""
+
+    provisions: tuple[PendingProvision, ...] = ()
+    holds: tuple[tuple[str, str, float], ...] = ()
+    """``(pool, pool_tier, until)`` of the held pool tiers."""
+    wall: float = 0.0
+
+
 # -- time --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Tick(Stimulus):
@@ -235,6 +249,7 @@ _KINDS: dict[type, str] = {
     PlacementUnclaimed: "placement-unclaimed", Cancelled: "cancelled", Cordoned: "cordoned",
     Uncordoned: "uncordoned", DrainRequested: "drain-requested", Tick: "tick",
     SlotsObserved: "slots-observed", ProvisionStarted: "provision-started", ProvisionFailed: "provision-failed", ProvisionRequested: "provision-requested",
+    ProvisionsAdopted: "provisions-adopted",
 }
 
 STIMULI: tuple[type[Stimulus], ...] = tuple(_KINDS)

@@ -4,7 +4,9 @@ Modules: ``decisions`` (Provision, Abandon, Reap, Tag, Underflow, Prefetch), ``s
 (SpareState: provisions in flight, backoff, activity; the provision lifecycle;
 ``validate_state``), ``reconcile`` (``reconcile(pool, spec, fleet, settings, state, now,
 templates) -> [decision]``, ``survey``, warmth) and ``entries`` (the live list validated whole,
-``diff_hot_spares``, ``spare_spec``). No Ray, no I/O, no clock reads: time comes in as an argument.
+``diff_hot_spares``, ``spare_spec``); ``rows`` (a spare provision in flight as a versioned row, which
+the scheduler keeps across restarts; not imported here). No Ray, no I/O, no clock reads: time comes
+in as an argument.
 """
 
 from fabric.core.spares.decisions import Abandon, Prefetch, Provision, Reap, SpareDecision, SpareTags, Tag, Underflow

@@ -103,6 +103,17 @@ class SpareState:
         self.in_flight[entry.provision_id] = entry
         return entry
 
+    def adopt(self, entry: InFlight) -> bool:
+        """Take back a provision in flight an earlier reconciler of the pool asked for (its row read
+        back after a restart): counted pending from now on and timed out from its own ``asked_at``,
+        so nothing is provisioned again for it. False for an id this state holds or saw end, or an
+        entry not in flight."""
+        pid = entry.provision_id
+        if pid in self.in_flight or pid in self.finished or entry.phase not in IN_FLIGHT:
+            return False
+        self.in_flight[pid] = entry
+        return True
+
     def abandon(self, provision_id: str, now: float, backoff_s: float | None) -> bool:
         """End a provision in flight as abandoned; with ``backoff_s`` a backoff follows."""
         if self._end(provision_id, P.ABANDONED) is None:
