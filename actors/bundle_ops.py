@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from ray import cloudpickle
 
+from actors.job_ports import TaskCorePort
 from fabric.core.errors import InvalidSpecError
 from fabric.core.jobs import JobSpec
 from fabric.core.jobs.bundles import Bundle, BundleStatus
@@ -34,8 +35,8 @@ class BundleHost(Protocol):
     """What ``BundleOps`` uses of the job runner it serves (``actors.jobs.JobRunner`` is one)."""
 
     core: JobsCore
-    scheduler: Any
-    """The scheduler whose settings and fleet a bundle is validated against."""
+    tasks: TaskCorePort
+    """The task core whose settings and fleet a bundle is validated against."""
     staged: dict[tuple[int, str], tuple[bytes, bytes]]
 
     def handle(self, stimulus: Any) -> Any: ...
@@ -78,15 +79,15 @@ class BundleOps:
 
     # -- checks ----------------------------------------------------------------------------------------
     def validate(self, blob: bytes) -> ValidationReport:
-        return validate_bundle(load_bundle(blob), self.runner.scheduler.settings, self.runner.scheduler.core.fleet,
+        return validate_bundle(load_bundle(blob), self.runner.tasks.settings, self.runner.tasks.fleet,
                                defaults_for=defaults_for)
 
     def admission(self, blob: bytes) -> Admission:
-        return validate_bundle_admission(load_bundle(blob), self.runner.scheduler.settings, self.runner.scheduler.core.fleet,
+        return validate_bundle_admission(load_bundle(blob), self.runner.tasks.settings, self.runner.tasks.fleet,
                                          defaults_for=defaults_for)
 
     def dry_run(self, blob: bytes, replica: int, job: str) -> Any:
-        return place_dry_run(load_bundle(blob), self.runner.scheduler.settings, self.runner.scheduler.core.fleet, replica, job,
+        return place_dry_run(load_bundle(blob), self.runner.tasks.settings, self.runner.tasks.fleet, replica, job,
                              defaults_for=defaults_for)
 
     def _checked(self, blob: bytes) -> Bundle:
@@ -94,7 +95,7 @@ class BundleOps:
         for i, j in enumerate(b.jobs):
             if not isinstance(raw_class(j.cls), type):
                 raise InvalidSpecError(f"bundle {b.bundle_id!r}: job {j.name!r} names no class to run", field=f"jobs.{i}.cls")
-        report = validate_bundle(b, self.runner.scheduler.settings, self.runner.scheduler.core.fleet, defaults_for=defaults_for)
+        report = validate_bundle(b, self.runner.tasks.settings, self.runner.tasks.fleet, defaults_for=defaults_for)
         if report.errors:
             first = report.errors[0]
             raise InvalidSpecError(f"bundle {b.bundle_id!r} refused: " + "; ".join(str(e) for e in report.errors),
@@ -109,7 +110,7 @@ class BundleOps:
 
     def create_bundle(self, blob: bytes) -> BundleStatus:
         b = self._checked(blob)
-        jobs = b.expand(defaults_for, settings=self.runner.scheduler.settings)
+        jobs = b.expand(defaults_for, settings=self.runner.tasks.settings)
         self._stage(jobs)
         self.runner.handle(BundleCreated(b, tuple((new_job_id(), rj.spec, rj.replica, b.job(rj.name).start_mode == "manual")
                                                   for rj in jobs)))
@@ -117,7 +118,7 @@ class BundleOps:
 
     def update_bundle(self, blob: bytes) -> BundleStatus:
         b = self._checked(blob)
-        jobs = b.expand(defaults_for, settings=self.runner.scheduler.settings)
+        jobs = b.expand(defaults_for, settings=self.runner.tasks.settings)
         self._stage(jobs)
         self.runner.handle(BundleUpdated(b, tuple((rj.replica, rj.name, rj.spec, b.job(rj.name).start_mode == "manual",
                                                    new_job_id()) for rj in jobs)))

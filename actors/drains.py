@@ -16,20 +16,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from actors.job_ports import RayDrainPort
 from fabric.core.jobs.drains import AskRayToDrain, DrainState, NodeDrains, NodeInterruptionState
 from fabric.core.jobs.stimuli import DrainJobsRequested, DrainsFollowed, EvictRequested, RayDrainAnswered, WithdrawRequested
-from fabric.core.names import HEALTH
 from fabric.store.job_rows import decode_drain, decode_notice, encode_drain, encode_notice, read_rows
-
-IDLE_RETRIES = 10
-"""Tries of Ray's idle termination while the probe's worker is still going away (0.5 s apart)."""
-
 
 class DrainRunner:
     """One scheduler's drains (see the module docstring)."""
 
-    def __init__(self, scheduler: Any, jobs: Any) -> None:
-        self.scheduler = scheduler
+    def __init__(self, ray_drain: RayDrainPort, jobs: Any) -> None:
+        self.ray_drain = ray_drain
         self.jobs = jobs
         self._written: dict[tuple[str, str], bytes] = {}
         """The ``state`` rows last written (drains, notices), by kind and key: only changes are written."""
@@ -128,22 +124,7 @@ class DrainRunner:
         asyncio.get_event_loop().create_task(self._ask_ray(ask))
 
     async def _ask_ray(self, ask: AskRayToDrain) -> None:
-        adapter = self.scheduler.ray_adapter()
-        loop = asyncio.get_event_loop()
-        accepted, message = False, "no Ray seam"
-        try:
-            if ask.reason == "IDLE_TERMINATION":  # Ray counts the probe actor as work: it leaves first
-                health = adapter.get_actor(HEALTH)
-                if health is not None:
-                    await health.release_node.remote(ask.node_id)
-            for attempt in range(IDLE_RETRIES if ask.reason == "IDLE_TERMINATION" else 1):
-                accepted, message = await loop.run_in_executor(None, adapter.drain_node, ask.node_id, ask.reason,
-                                                               ask.message, ask.deadline)
-                if accepted or "no longer idle" not in message:
-                    break
-                await asyncio.sleep(0.5)
-        except Exception as exc:
-            accepted, message = False, f"{type(exc).__name__}: {exc}"
+        accepted, message = await self.ray_drain.drain(ask)
         self.jobs.handle(RayDrainAnswered(ask.node_id, accepted, message, ask.reason))
 
 

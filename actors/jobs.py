@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from actors.bundle_ops import BundleOps, new_job_id
 from actors.drains import DrainRunner
+from actors.job_ports import CoreWorld, RayDrainPort, SchedulerRayDrain, SchedulerTaskCore, TaskCorePort
 from actors.migrations import SAGA_STEPS, MigrationRunner
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
 from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
@@ -48,10 +49,7 @@ from fabric.core.jobs.stimuli import (
     InstanceEnded, InstanceStarted, JobPlaced, JobsNodeLost, JobsTick, JobSubmitted, JobUnplaced, PlacementsDue,
     CapacityJoined, Restarted, SlotReserved, StopRequested,
 )
-from fabric.core.placement import NodeRecord, PlacementContext, Requirement, dry_run
-from fabric.core.scheduling import Cordoned, DrainRequested, PlaceRequested, SlotsReleased, reply
 from fabric.core.scheduling.stimuli import new_stimulus_id
-from fabric.core.tiers import ComputeTier
 from fabric.store.job_rows import decode_bundle, decode_event, decode_job, encode_bundle, encode_event, encode_job
 from fabric.store.jobs import JobStore
 
@@ -65,40 +63,22 @@ STOP_GRACE_S = 10.0
 MAX_EVENTS = 10_000
 
 
-class SchedulerWorld:
-    """What the jobs core reads of the scheduler it runs in (``fabric.core.jobs.state.JobsWorld``):
-    the task core's fleet, whether it handed a drained node off, a dry run, a class's hooks."""
-
-    def __init__(self, runner: "JobRunner") -> None:
-        self.runner = runner
-
-    def record(self, node_id: str) -> NodeRecord | None:
-        return self.runner.scheduler.core.fleet.get(node_id)
-
-    def handed_off(self, node_id: str) -> bool:
-        return node_id not in self.runner.scheduler.core.drains
-
-    def better_node(self, requirement: Requirement, ctx: PlacementContext) -> tuple[str, ComputeTier] | None:
-        core = self.runner.scheduler.core
-        d = dry_run(core.fleet, core.check_requirement(requirement), ctx)
-        tier = d.node_tier or d.tier
-        return None if d.status != "placed" or d.node_id is None or tier is None else (d.node_id, tier)
-
-    def can_hand_over(self, job_id: str) -> bool:
-        return self.runner.moves.can_hand_over(job_id)
-
-
 class JobRunner:
     """The executor of one scheduler's jobs core (see the module docstring). ``scheduler`` is the
-    ``Scheduler`` whose core places them; ``launcher`` the Ray seam; ``clock`` wall time (restart
+    ``Scheduler`` whose task core and Ray seam the ports are made over (``tasks`` and ``ray_drain``
+    given instead, it is not used); ``launcher`` the instance launcher; ``clock`` wall time (restart
     histories outlive a process, so they are kept in wall-clock seconds)."""
 
-    def __init__(self, scheduler: Any, store: JobStore, launcher: Any, clock: Callable[[], float] = time.time) -> None:
-        self.scheduler = scheduler
+    def __init__(self, scheduler: Any, store: JobStore, launcher: Any, clock: Callable[[], float] = time.time, *,
+                 tasks: TaskCorePort | None = None, ray_drain: RayDrainPort | None = None) -> None:
+        self.tasks: TaskCorePort = tasks or SchedulerTaskCore(scheduler)
+        """The task core: placements, slots, cordons, the fleet."""
         self.store = store
         self.launcher = launcher
         self.clock = clock
-        self.core = JobsCore(scheduler.settings, SchedulerWorld(self), clock, lambda: uuid.uuid4().hex[:8])
+        self.moves = MigrationRunner(self)
+        self.core = JobsCore(self.tasks.settings, CoreWorld(self.tasks, self.moves.can_hand_over), clock,
+                             lambda: uuid.uuid4().hex[:8])
         self.payloads: dict[str, tuple[bytes, bytes]] = {}
         """Per job: the pickled class and the pickled constructor arguments."""
         self.staged: dict[tuple[int, str], tuple[bytes, bytes]] = {}
@@ -115,10 +95,9 @@ class JobRunner:
         """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
         self.cordons: list[asyncio.Task] = []
         """The task core's registry writes of cordons asked, for a caller that answers once they are in."""
-        self.moves = MigrationRunner(self)
         self.bundles = BundleOps(self)
         """The bundles whose jobs this runner files (``actors.bundle_ops``)."""
-        self.drains = DrainRunner(scheduler, self)
+        self.drains = DrainRunner(ray_drain or SchedulerRayDrain(scheduler), self)
         self._load()
 
     @property
@@ -245,7 +224,7 @@ class JobRunner:
             elif isinstance(ins, StopInstance):
                 self.spawn(self._stop(ins), ins.binding.instance_key + ":stop")
             elif isinstance(ins, ReleaseSlot):
-                self.scheduler.handle_stimulus(SlotsReleased((ins.allocation_id,)))
+                self.tasks.release(ins.allocation_id)
             elif isinstance(ins, PlaceSoon):
                 self.soon()
             elif isinstance(ins, WatchInstance):
@@ -276,10 +255,7 @@ class JobRunner:
         return replies
 
     def _cordon(self, ins: Cordon) -> None:
-        if ins.timeout_s is None:
-            self.scheduler.handle_stimulus(Cordoned(ins.node_id))
-            return
-        _, writes = self.scheduler.handle_stimulus(DrainRequested(ins.node_id, ins.timeout_s))
+        writes = self.tasks.cordon(ins.node_id, ins.timeout_s)
         if writes is not None:
             self.cordons.append(writes)
 
@@ -304,10 +280,8 @@ class JobRunner:
         """Place one instance of ``rec``'s job through the scheduler's core (carrying out what the
         placement opened: a provision, queued calls it placed). The assignment and a fresh instance
         key, with a ``placement_decision`` event (plus ``event``'s fields); or why it was not placed."""
-        s = PlaceRequested(req, ctx)
         try:
-            out, _ = self.scheduler.handle_stimulus(s)
-            a = reply(out, s.stimulus_id)
+            a = self.tasks.place(req, ctx)
         except Exception as exc:  # a requirement the settings refuse, a hard one nobody serves
             self.counters["placements_failed"] += 1
             return f"{type(exc).__name__}: {exc}"
@@ -327,9 +301,8 @@ class JobRunner:
         rec = self.book.jobs.get(job_id)
         if rec is None:
             return None
-        s = PlaceRequested(rec.spec.requirement, self.book.context(rec, self.where, target_node=node_id))
         try:
-            a = reply(self.scheduler.core.handle(s), s.stimulus_id)
+            a = self.tasks.reserve(rec.spec.requirement, self.book.context(rec, self.where, target_node=node_id))
         except Exception:
             return None
         return a.allocation_id if a is not None and a.status == "assigned" else None
@@ -383,7 +356,7 @@ class JobRunner:
             if old is not None:
                 old.cancel()
             self.watches[key] = task
-        task.add_done_callback(lambda t, key=key: self._done(t, key))
+        task.add_done_callback(functools.partial(self._done, key=key))
 
     def _done(self, task: asyncio.Task, key: str) -> None:
         if self.watches.get(key) is task:
@@ -556,7 +529,7 @@ class JobRunner:
         for name, blob in (("cls_blob", cls_blob), ("args_blob", args_blob)):
             if not isinstance(blob, bytes) or len(blob) > 64 * 1024 * 1024:
                 raise MessageError(name, "must be bytes, at most 64 MiB", type(blob).__name__)
-        self.scheduler.core.check_requirement(spec.requirement)
+        self.tasks.check_requirement(spec.requirement)
         job_id = job_id or new_job_id()
         if job_id not in self.book.jobs:
             self.payloads[job_id] = self._unwritten[job_id] = (cls_blob, args_blob)

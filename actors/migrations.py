@@ -97,7 +97,7 @@ class MigrationRunner:
         """Open a saga for the running job and place its target now; ``MigrationError`` when it
         cannot move (not running, already moving, no handover hooks, no target)."""
         if target_node is not None:
-            target_node = self.runner.scheduler.core.resolve_node(target_node)
+            target_node = self.runner.tasks.resolve_node(target_node)
         mid = self.runner.handle(MigrateRequested(job_id, strategy, target_node, override_reservation, reason))
         m = self.book.get(mid)
         assert m is not None
