@@ -72,6 +72,8 @@ class Fleet:
         """Answers of work that runs on Ray, landed by ``land``."""
         self.replies: list[Reply] = []
         self.events: list[JobEvent] = []
+        self.disrupted: dict[str, int] = {}
+        """Per job: instances lost without a saga's or a stop's say (died, node lost, killed at a timeout)."""
 
     def _core(self) -> JobsCore:
         return JobsCore(FabricSettings(), self.world, lambda: self.now, lambda: f"t{next(self.ids)}")
@@ -121,6 +123,7 @@ class Fleet:
                 return h(js.InstanceEnded(ins.job_id, ins.binding.instance_key, "stopped"))
         elif isinstance(ins, KillInstance):
             if self.live.pop((ins.job_id, ins.instance_key), None) is not None:
+                self.disrupt(ins.job_id)
                 self.pending.append(js.InstanceEnded(ins.job_id, ins.instance_key, "killed"))
         elif isinstance(ins, ReserveSlot):
             return h(js.SlotReserved(ins.job_id, next(self.ids), ins.migration_id))
@@ -137,8 +140,9 @@ class Fleet:
         elif isinstance(ins, (AskReady, Cut, Resume, BeginTarget)):
             answer = {AskReady: "ready", Cut: "cut", Resume: "resumed", BeginTarget: "began"}[type(ins)]
             self.pending.append(js.SagaStepAnswered(ins.migration_id, answer))  # type: ignore[arg-type]
-        elif isinstance(ins, StopSource):
-            self.live.pop((ins.job_id, ins.instance_key), None)
+        elif isinstance(ins, StopSource):  # its watch sees it end too, in whichever order
+            if self.live.pop((ins.job_id, ins.instance_key), None) is not None:
+                self.pending.append(js.InstanceEnded(ins.job_id, ins.instance_key, "stopped"))
             self.pending.append(js.SagaStepAnswered(ins.migration_id, "source_stopped"))
         elif isinstance(ins, StopTarget):
             if ins.instance_key is not None:
@@ -162,8 +166,18 @@ class Fleet:
         elif isinstance(s, (js.SagaStepAnswered, js.RayDrainAnswered)):
             self.handle(s)
 
+    def disrupt(self, job_id: str) -> None:
+        self.disrupted[job_id] = self.disrupted.get(job_id, 0) + 1
+
     def die(self, job_id: str, key: str) -> None:
-        if self.live.pop((job_id, key), None) is not None:
+        """An instance dies: a saga's target is watched by its saga, everything else by the job's watch."""
+        if self.live.pop((job_id, key), None) is None:
+            return
+        self.disrupt(job_id)
+        m = self.core.migrations.for_job(job_id)
+        if m is not None and m.target_key == key:
+            self.handle(js.SagaStepAnswered(m.migration_id, "target_failed", "died"))
+        else:
             self.handle(js.InstanceEnded(job_id, key, "died"))
 
     def restart(self) -> None:
@@ -304,6 +318,7 @@ class JobsCoreMachine(RuleBasedStateMachine):
         for (job_id, key), where in list(self.f.live.items()):
             if where == node:
                 del self.f.live[(job_id, key)]
+                self.f.disrupt(job_id)
         self.f.handle(js.JobsNodeLost(node))
         self.f.handle(js.CapacityJoined())
 
@@ -364,6 +379,10 @@ class JobsCoreMachine(RuleBasedStateMachine):
         for job_id, n in per_job.items():
             limit = 2 if core.migrations.for_job(job_id) is not None else 1
             assert n <= limit, f"job {job_id} runs {n} instances"
+        for rec in core.book.jobs.values():  # a move on purpose is never a restart
+            recoveries = [why for _, state, why in rec.history if state == "recovering"
+                          and not why.startswith("migration lost")]
+            assert len(recoveries) <= self.f.disrupted.get(rec.job_id, 0), (rec.job_id, recoveries)
 
 
 JobsCoreMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=30, deadline=None,
