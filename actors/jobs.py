@@ -502,8 +502,7 @@ class JobRunner:
         wanted = {(r.job_id, r.binding.instance_key) for r in self.book.bound() if r.binding is not None}
         wanted |= {(m.job_id, k) for m in self.core.migrations.active.values() for k in (m.source_key, m.target_key)
                    if k is not None}
-        alive = frozenset(jk for jk in wanted if (listed is not None and jk in listed)
-                          or (listed is None and self.launcher.find(*jk) is not None))
+        alive = frozenset(jk for jk in wanted if self.launcher.find(*jk) is not None)  # by name, one by one
         self.handle(Restarted(alive, listed))
 
     def node_lost(self, node_id: str) -> None:
