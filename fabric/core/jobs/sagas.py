@@ -11,7 +11,7 @@ resume, stop, begin) goes on to the executor, which answers each with ``SagaStep
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from fabric.core.errors import JobNotFoundError, MigrationError
 from fabric.core.jobs.book import ReleaseSlot
@@ -98,41 +98,34 @@ def _complete(st: JobsState, m: Migration, ins: Complete, now: float) -> list[An
     return out + [WatchInstance(ins.job_id, ins.instance_key, migration_id=m.migration_id)]
 
 
+_STEPS: dict[str, Callable[[Migration, float], list[Any]]] = {
+    "prepared": Migration.target_prepared, "ready": Migration.ready, "cut": Migration.cut,
+    "resumed": Migration.resumed, "began": Migration.target_began, "source_ended": Migration.source_ended,
+}
+"""Answers that move a saga on by themselves."""
+_FAILURES: dict[str, Callable[[Migration, str, float], list[Any]]] = {
+    "unplaced": Migration.target_unplaced, "target_failed": Migration.target_failed, "cut_failed": Migration.lose,
+}
+"""Answers that fail a step, with its reason."""
+
+
 def step_answered(st: JobsState, s: SagaStepAnswered, now: float) -> list[Any]:
     """One step's answer moves its saga on (an answer for a saga no longer known is dropped)."""
     m = st.migrations.get(s.migration_id)
     if m is None:
         return []
-    a = s.answer
-    if a == "placed":
+    if s.answer == "placed":
         assert s.node_id is not None and s.instance_key is not None
-        ins = m.target_placed(s.node_id, s.allocation_id, s.instance_key, now)
-    elif a == "unplaced":
-        ins = m.target_unplaced(s.reason, now)
-    elif a == "prepared":
-        ins = m.target_prepared(now)
-    elif a == "ready":
-        ins = m.ready(now)
-    elif a == "cut":
-        ins = m.cut(now)
-    elif a == "cut_failed":
-        ins = m.lose(s.reason, now)
-    elif a == "resumed":
-        ins = m.resumed(now)
-    elif a == "began":
-        ins = m.target_began(now)
-    elif a == "target_failed":
-        ins = m.target_failed(s.reason, now)
-    elif a == "source_stopped":  # the saga stopped its source on purpose: a stop asked meanwhile ends here too
+        return saga_out(st, m, m.target_placed(s.node_id, s.allocation_id, s.instance_key, now), now)
+    if s.answer == "source_stopped":  # the saga stopped its source on purpose: a stop asked meanwhile ends here too
         rec = st.book.jobs.get(m.job_id)
         out: list[Any] = []
         if rec is not None and rec.state == JobState.STOPPING and rec.binding is not None \
                 and rec.binding.instance_key == m.source_key:
             out = st.book.died(m.job_id, m.source_key, now, reason="stopped")
         return out + saga_out(st, m, m.source_ended(now), now)
-    else:  # source_ended: the source is gone (by itself, or its stop found nothing to stop)
-        ins = m.source_ended(now)
-    return saga_out(st, m, ins, now)
+    fail = _FAILURES.get(s.answer)
+    return saga_out(st, m, fail(m, s.reason, now) if fail is not None else _STEPS[s.answer](m, now), now)
 
 
 def abort(st: JobsState, migration_id: str, reason: str, now: float) -> tuple[Migration, list[Any]]:
