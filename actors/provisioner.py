@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 from fabric.core.errors import FabricError
+from fabric.core.provision_phase import ProvisionPhase
 from fabric.core.scheduling import (
     ProvisionFailed, ProvisionNode, ProvisionsAdopted, ProvisionStarted, Stimulus, TerminateNode,
 )
@@ -261,16 +262,25 @@ class Provisioner:
     def _forget(self, provider: str, instance_id: str) -> None:
         """The instance's row goes, and a spare provision's row that named it."""
         rows: list[StateRow] = [("instance", f"{provider}/{instance_id}", None)]
-        rows += self._spares_of(instance_id, provider)
+        rows += self._spares_of(instance_id, ProvisionPhase.ABANDONED, provider)
         self._write(rows)
 
-    def _spares_of(self, instance_id: str, provider: str | None = None) -> list[StateRow]:
-        """Forget the spare provisions answered with ``instance_id``: the deletions of their rows."""
+    def _spares_of(self, instance_id: str, ended: ProvisionPhase, provider: str | None = None) -> list[StateRow]:
+        """End the spare provisions answered with ``instance_id`` in phase ``ended`` (its node registered,
+        or was terminated): the deletions of their rows."""
         ids = [pid for pid, k in self.spare_provisions.items()
                if k.instance_id == instance_id and (provider is None or k.provider == provider)]
-        for pid in ids:
-            del self.spare_provisions[pid]
-        return [(SPARE_PROVISION_KIND, pid, None) for pid in ids]
+        return [row for pid in ids if (row := self._end_spare(pid, ended)) is not None]
+
+    def _end_spare(self, provision_id: str, ended: ProvisionPhase) -> StateRow | None:
+        """End a kept spare provision in phase ``ended`` (through the provision lifecycle: a forbidden
+        move raises ``TransitionError`` naming it) and forget it: its row's deletion (None: not kept)."""
+        kept = self.spare_provisions.get(provision_id)
+        if kept is None:
+            return None
+        kept.moved(ended)
+        del self.spare_provisions[provision_id]
+        return (SPARE_PROVISION_KIND, provision_id, None)
 
     # -- providers ---------------------------------------------------------------------------------
     def providers(self) -> dict[str, Any]:
@@ -341,14 +351,14 @@ class Provisioner:
         try:
             node = await self._start(provider, shape, pool, pool_tier, spare=spare, tags=tags)
         except BaseException:
-            self.spare_provisions.pop(provision_id, None)
+            self._end_spare(provision_id, ProvisionPhase.FAILED)
             self._write([(SPARE_PROVISION_KIND, provision_id, None)])
             raise
         finally:
             del self._asking[provision_id]
             done.set()
         if node.instance_id in self.serving_s:  # its node registered before the provider answered: nothing to keep
-            self.spare_provisions.pop(provision_id, None)
+            self._end_spare(provision_id, ProvisionPhase.REGISTERED)
             self._write([self._instance_row(node), (SPARE_PROVISION_KIND, provision_id, None)])
             return node
         kept = self.spare_provisions[provision_id] = kept.answered(node.instance_id, time.time())
@@ -395,7 +405,7 @@ class Provisioner:
         """A provisioned node registered: how long it took from the provision; a spare provision it
         fulfils is no longer kept (the node is in the fleet, labelled a spare)."""
         if instance_id and self.spare_provisions:
-            self._write(self._spares_of(instance_id))
+            self._write(self._spares_of(instance_id, ProvisionPhase.REGISTERED))
         if not instance_id or instance_id in self.serving_s:
             return
         if instance_id in self.started_at:

@@ -8,6 +8,10 @@ work waits there (queued work holds a reservation on it) until the node register
 provision is opened for the calls to come, and this one runs on that node now
 (degrade-before-provision, the default, never reaches here while such a node fits).
 
+Every provision moves through ``PROVISION_LIFECYCLE`` (``fabric.core.provision_phase``): opened
+``asked``, ``started`` when its provider answers, closed ``registered``, ``failed`` or
+``abandoned``; the book makes each move (``ProvisionBook.started`` / ``close`` / ``abandon``).
+
 The cascade keeps its books and answers what changed; placing the queue again afterwards is the
 core's (it says when: ``requested`` answered instructions, ``failed`` answered True, ``expire``'s
 flag).
@@ -22,6 +26,7 @@ from fabric.core.placement import Decision, FleetView, NodeRecord, PlacementCont
 from fabric.core.placement import walk
 from fabric.core.placement.context import TASK_CONTEXT
 from fabric.core.placement.filters import provision_shape
+from fabric.core.provision_phase import ProvisionPhase
 from fabric.core.scheduling import stimuli as st
 from fabric.core.scheduling.instructions import Instruction, ProvisionNode, TerminateNode
 from fabric.core.scheduling.ledger import AllocationLedger
@@ -58,12 +63,14 @@ class Cascade:
             return d
         pt = find_pool_tier(self.settings, d.pool, d.pool_tier)
         if pt is None or pt.provider == "static":  # nobody could start it: it stays a deferral
-            return walk.deferred(f"{d.reason} (pool tier {d.pool_tier} has no provider)", req, ctx or TASK_CONTEXT, d.pool, None)
+            return walk.deferred(f"{d.reason} (pool tier {d.pool_tier} has no provider)", req, ctx or TASK_CONTEXT,
+                                 d.pool, None)
         p = self.provisions.open(d.pool, d.pool_tier, pt.provider, d.shape, now, pt.provision_timeout_s, d.reason)
         rec = self.fleet.add(shape_record(p.node_id, d.shape, d.pool, d.pool_tier))
         self.ledger.note_cap(rec.node_id, rec.slots)
         self.counters["provisions_requested"] += 1
-        out.append(ProvisionNode(p.provision_id, pt.provider, d.pool, d.pool_tier, d.shape, reason=d.reason, stimulus_id=sid))
+        out.append(ProvisionNode(p.provision_id, pt.provider, d.pool, d.pool_tier, d.shape, reason=d.reason,
+                                 stimulus_id=sid))
         self._refresh_held(now)
         if req.scale == "provision_first":
             booted = self._booted_placement(req, ctx)
@@ -76,7 +83,8 @@ class Cascade:
         """Where the call runs now on a booted node inside its floor, degrading if need be (None: nowhere)."""
         launching = frozenset(r.node_id for r in self.fleet.records() if r.launching)
         base = ctx if ctx is not None else TASK_CONTEXT
-        d = place(self.fleet, req.replace(scale="degrade_first"), replace(base, exclude_nodes=base.exclude_nodes | launching))
+        d = place(self.fleet, req.replace(scale="degrade_first"),
+                  replace(base, exclude_nodes=base.exclude_nodes | launching))
         return d if d.status == "placed" else None
 
     def could_provision(self, req: Requirement) -> bool:
@@ -110,7 +118,8 @@ class Cascade:
         p, registered = self.provisions.started(s.provision_id, s.instance_id)
         if p is None:
             if self.provisions.take_abandoned(s.provision_id):
-                return [TerminateNode(s.provider, s.instance_id, reason="abandoned before it started", stimulus_id=s.stimulus_id)]
+                return [TerminateNode(s.provider, s.instance_id, reason="abandoned before it started",
+                                      stimulus_id=s.stimulus_id)]
             return []
         if registered:
             return self._registered(p, s.stimulus_id)
@@ -137,7 +146,7 @@ class Cascade:
     def failed(self, s: st.ProvisionFailed, now: float) -> bool:
         """The provider could not start it: no phantom node; the pool tier is held for the backoff.
         True when a provision closed: the work it held is to be placed again (the cascade spills on)."""
-        p = self.provisions.close(s.provision_id)
+        p = self.provisions.close(s.provision_id, ProvisionPhase.FAILED)
         if p is None:
             return False
         self.counters["provisions_failed"] += 1
@@ -175,7 +184,7 @@ class Cascade:
         return []
 
     def _registered(self, p: PendingProvision, sid: str) -> list[Instruction]:
-        self.provisions.close(p.provision_id)
+        self.provisions.close(p.provision_id, ProvisionPhase.REGISTERED)
         self.counters["provisions_registered"] += 1
         self._drop_prospective(p)
         return []  # the caller places the queue once the booted node is in the fleet

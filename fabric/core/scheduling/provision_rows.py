@@ -6,13 +6,16 @@ change of the ``ProvisionBook`` becomes a ``state`` row of the job store, writte
 actor (``actors.provisioner.Provisioner.persist``) right after the stimulus that made it:
 
 - kind ``provision``, key the provision id: a ``PendingProvision`` (pool, pool tier, provider,
-  shape, reason, the provider's instance id once it answered, when it was asked for and its
-  deadline); deleted when the provision ends (registered, failed, abandoned);
+  shape, reason, the provider's instance id once it answered, its phase — ``asked`` or
+  ``started`` —, when it was asked for and its deadline); deleted when the provision ends
+  (registered, failed, abandoned);
 - kind ``provision_hold``, key ``<pool>/<pool tier>``: a pool tier held after a failed provision,
   until when; deleted when the hold ends.
 
 Rows carry ``"schema": ROW_SCHEMA`` (the job store's row style, ``fabric.core.jobs.rows``) and a row
-of a newer schema is refused (``ProvisionRowError``) rather than guessed at. Times in a row are
+of a newer schema is refused (``ProvisionRowError``) rather than guessed at. A row written before
+the phase was kept has no ``phase``: it reads back as ``phase_for`` derives it (an instance id:
+``started``); a phase that is not in flight, or that its instance id contradicts, is refused. Times in a row are
 wall-clock seconds: the core's clock is monotonic and starts again with the process, so each call
 takes ``wall_offset`` (wall clock minus the core's clock, read by the actor) and shifts by it; a
 provision read back keeps the deadline it had, in the new process's clock.
@@ -27,6 +30,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from fabric.core.errors import FabricError
+from fabric.core.provision_phase import IN_FLIGHT, ProvisionPhase, phase_for
 from fabric.core.scheduling.provisions import PendingProvision, ProvisionBook
 from fabric.core.settings import NodeShape
 
@@ -94,12 +98,33 @@ def shape_of(row: Mapping[str, Any], kind: str, key: str | None) -> NodeShape:
         raise ProvisionRowError(f"a {kind} row's shape cannot be read: {exc}", kind=kind, key=key) from exc
 
 
+def phase_of(row: Mapping[str, Any], kind: str, key: str | None, instance_id: str | None) -> ProvisionPhase:
+    """A row's in-flight ``phase``, derived from ``instance_id`` when the row has none (written before
+    phases were kept); ``ProvisionRowError`` for an unknown or ended phase, or one its instance id
+    contradicts (``started`` without one, ``asked`` with one)."""
+    value = row.get("phase")
+    if value is None:
+        return phase_for(instance_id)
+    phase = next((p for p in ProvisionPhase if p.value == value), None) if isinstance(value, str) else None
+    if phase is None:
+        raise ProvisionRowError(f"a {kind} row's phase must be one of {', '.join(p.value for p in ProvisionPhase)}, "
+                                f"got {value!r}", kind=kind, key=key)
+    if phase not in IN_FLIGHT:
+        raise ProvisionRowError(f"a {kind} row's phase is {phase.value}: an ended provision's row is deleted, "
+                                "not kept", kind=kind, key=key)
+    if phase is not phase_for(instance_id):
+        raise ProvisionRowError(f"a {kind} row's phase {phase.value} does not fit its instance id {instance_id!r}",
+                                kind=kind, key=key)
+    return phase
+
+
 # -- pending provisions -----------------------------------------------------------------------------
 def provision_row(p: PendingProvision, wall_offset: float) -> dict[str, Any]:
     """The ``provision`` row of ``p``; its times as wall-clock seconds (core time + ``wall_offset``)."""
     return {"schema": ROW_SCHEMA, "provision_id": p.provision_id, "pool": p.pool, "pool_tier": p.pool_tier,
             "provider": p.provider, "shape": p.shape.model_dump(mode="json"), "instance_id": p.instance_id,
-            "reason": p.reason, "requested_at": p.requested_at + wall_offset, "deadline": p.deadline + wall_offset}
+            "reason": p.reason, "requested_at": p.requested_at + wall_offset, "deadline": p.deadline + wall_offset,
+            "phase": p.phase.value}
 
 
 def provision_from_row(row: object, wall_offset: float) -> PendingProvision:
@@ -109,12 +134,14 @@ def provision_from_row(row: object, wall_offset: float) -> PendingProvision:
     r = checked_row(row, kind, "provision_id")
     key = text(r, "provision_id", kind, None)
     reason = r.get("reason", "")
+    instance_id = optional_text(r, "instance_id", kind, key)
     return PendingProvision(
         provision_id=key, pool=text(r, "pool", kind, key), pool_tier=text(r, "pool_tier", kind, key),
         provider=text(r, "provider", kind, key), shape=shape_of(r, kind, key),
         requested_at=seconds(r, "requested_at", kind, key) - wall_offset,
         deadline=seconds(r, "deadline", kind, key) - wall_offset,
-        instance_id=optional_text(r, "instance_id", kind, key), reason=reason if isinstance(reason, str) else "")
+        instance_id=instance_id, reason=reason if isinstance(reason, str) else "",
+        phase=phase_of(r, kind, key, instance_id))
 
 
 def shifted(p: PendingProvision, by: float) -> PendingProvision:
@@ -158,5 +185,5 @@ def book_changes(book: ProvisionBook, wall_offset: float) -> list[StateRow]:
 
 
 __all__ = ["HOLD_KIND", "PROVISION_KIND", "ProvisionRowError", "ROW_SCHEMA", "StateRow", "book_changes", "checked_row",
-           "hold_from_row", "hold_key", "hold_row", "optional_text", "provision_from_row", "provision_row", "seconds",
-           "shape_of", "shifted", "text"]
+           "hold_from_row", "hold_key", "hold_row", "optional_text", "phase_of", "provision_from_row", "provision_row",
+           "seconds", "shape_of", "shifted", "text"]

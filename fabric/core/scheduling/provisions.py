@@ -22,6 +22,12 @@ A provision ends in one of three ways:
   goes, what the provider started is terminated (``TerminateNode``; at once when its instance id
   is known, else when ``ProvisionStarted`` brings it), and its work is placed again.
 
+Each provision has a ``phase`` (``ProvisionPhase``, shared with the spare reconcilers'
+provisions): ``asked`` when opened, ``started`` once the provider answered, then ``registered``,
+``failed`` or ``abandoned`` as it leaves the book. Every change goes through
+``PROVISION_LIFECYCLE`` (``PendingProvision.move``): a forbidden move raises ``TransitionError``
+naming the provision, and leaves the book as it was.
+
 What the book holds outlives a scheduler restart: every provision it opens, answers or closes and
 every hold it sets or ends is noted (``take_changes``), and the scheduler actor writes those as
 ``state`` rows of the job store (``provision_rows``); a restarted scheduler hands the ones it can
@@ -38,6 +44,7 @@ from typing import Iterable, Iterator
 
 from fabric.core.capabilities import Limitations, NodeCapabilities
 from fabric.core.placement import NodeRecord
+from fabric.core.provision_phase import IN_FLIGHT, PROVISION_LIFECYCLE, ProvisionPhase, phase_for
 from fabric.core.settings import FabricSettings, NodeShape, PoolTier
 
 PROSPECTIVE_PREFIX = "prospective:"
@@ -63,7 +70,7 @@ def is_prospective(node_id: str) -> bool:
 
 @dataclass
 class PendingProvision:
-    """One provision in flight (mutable: the book updates it)."""
+    """One provision in flight (mutable: the book moves it, through ``move``)."""
 
     provision_id: str
     pool: str
@@ -77,16 +84,28 @@ class PendingProvision:
     """The provider's instance id, once it answered (``ProvisionStarted``)."""
     reason: str = ""
     """What asked for it (the placement's reason)."""
+    phase: ProvisionPhase = ProvisionPhase.ASKED
+    """Where it is in its life (``PROVISION_LIFECYCLE``); one built with an instance id and left
+    ``asked`` is ``started`` (its provider answered)."""
+
+    def __post_init__(self) -> None:
+        if self.phase is ProvisionPhase.ASKED:
+            self.phase = phase_for(self.instance_id)
 
     @property
     def node_id(self) -> str:
         return prospective_id(self.provision_id)
 
+    def move(self, to: ProvisionPhase, why: str = "") -> None:
+        """Move to phase ``to`` if the table allows it; else ``TransitionError`` naming this provision."""
+        self.phase = PROVISION_LIFECYCLE.check(f"provision {self.provision_id}", self.phase, to, why)
+
     def to_dict(self, now: float) -> dict:
         return {"provision_id": self.provision_id, "pool": self.pool, "pool_tier": self.pool_tier,
                 "provider": self.provider, "shape": self.shape.name, "instance_id": self.instance_id,
-                "age_s": round(max(0.0, now - self.requested_at), 3), "timeout_in_s": round(max(0.0, self.deadline - now), 3),
-                "node_id": self.node_id, "reason": self.reason}
+                "age_s": round(max(0.0, now - self.requested_at), 3),
+                "timeout_in_s": round(max(0.0, self.deadline - now), 3),
+                "node_id": self.node_id, "reason": self.reason, "phase": self.phase.value}
 
 
 def shape_record(node_id: str, shape: NodeShape, pool: str, pool_tier: str, *, name: str | None = None) -> NodeRecord:
@@ -147,8 +166,9 @@ class ProvisionBook:
 
     def adopt(self, p: PendingProvision) -> bool:
         """Take back a provision a scheduler before this one opened (its row read back, its instance
-        still running): open again as it was, deadline included. False when that id is open already."""
-        if p.provision_id in self._open:
+        still running): open again as it was, deadline and phase included. False when that id is
+        open already, or the provision ended."""
+        if p.provision_id in self._open or p.phase not in IN_FLIGHT:
             return False
         self._open[p.provision_id] = p
         return True
@@ -177,6 +197,7 @@ class ProvisionBook:
         p = self._open.get(provision_id)
         if p is None:
             return None, False
+        p.move(ProvisionPhase.STARTED, "the provider answered")
         p.instance_id = instance_id
         self._changed.add(provision_id)
         return p, instance_id in self._early
@@ -206,16 +227,26 @@ class ProvisionBook:
                     return p
         return None
 
-    def close(self, provision_id: str) -> PendingProvision | None:
-        p = self._open.pop(provision_id, None)
-        if p is not None:
-            self._changed.add(provision_id)
-            if p.instance_id:
-                self._early.pop(p.instance_id, None)
+    def close(self, provision_id: str, ended: ProvisionPhase = ProvisionPhase.REGISTERED) -> PendingProvision | None:
+        """End an open provision in phase ``ended`` (``registered``: its node joined; ``failed``:
+        its provider raised; ``abandon`` for a timeout) and take it out of the book; None when it is
+        not open. ``TransitionError`` (the book unchanged) for a move the table forbids."""
+        if not PROVISION_LIFECYCLE.is_terminal(ended):
+            raise ValueError(f"a provision closes in an end phase, not {ended.value}")
+        p = self._open.get(provision_id)
+        if p is None:
+            return None
+        p.move(ended)
+        del self._open[provision_id]
+        self._changed.add(provision_id)
+        if p.instance_id:
+            self._early.pop(p.instance_id, None)
         return p
 
     def abandon(self, provision_id: str) -> PendingProvision | None:
-        p = self.close(provision_id)
+        """End an open provision as abandoned (its timeout passed); one its provider has not answered
+        yet is remembered, so what it answers later is terminated (``take_abandoned``)."""
+        p = self.close(provision_id, ProvisionPhase.ABANDONED)
         if p is not None and p.instance_id is None:
             self._abandoned.add(provision_id)
         return p
@@ -244,7 +275,9 @@ class ProvisionBook:
         return out
 
     def problems(self, fleet_ids: Iterable[str]) -> list[str]:
-        """Every open provision has its prospective record in the fleet, and every prospective record its provision."""
+        """Every open provision has its prospective record in the fleet, and every prospective record its
+        provision; every open provision is in flight (``asked`` without an instance id, ``started`` with
+        one), due no earlier than asked for; a provision remembered as abandoned is no longer open."""
         ids = set(fleet_ids)
         out = [f"provisions: {p.provision_id} has no prospective record in the fleet" for p in self._open.values()
                if p.node_id not in ids]
@@ -253,8 +286,14 @@ class ProvisionBook:
         for p in self._open.values():
             if p.deadline < p.requested_at:
                 out.append(f"provisions: {p.provision_id} is due before it was asked for")
+            if p.phase not in IN_FLIGHT:
+                out.append(f"provisions: {p.provision_id} is open but {p.phase.value}")
+            elif p.phase is not phase_for(p.instance_id):
+                out.append(f"provisions: {p.provision_id} is {p.phase.value} with instance id {p.instance_id!r}")
+        out += [f"provisions: {pid} is open and remembered as abandoned"
+                for pid in sorted(self._abandoned & set(self._open))]
         return out
 
 
-__all__ = ["MAX_PENDING", "PROSPECTIVE_PREFIX", "PROVISION_BACKOFF_S", "PendingProvision", "ProvisionBook", "find_pool_tier",
-           "is_prospective", "prospective_id", "shape_record"]
+__all__ = ["MAX_PENDING", "PROSPECTIVE_PREFIX", "PROVISION_BACKOFF_S", "PendingProvision", "ProvisionBook",
+           "find_pool_tier", "is_prospective", "prospective_id", "shape_record"]

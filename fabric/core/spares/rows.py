@@ -4,8 +4,10 @@ A spare reconciler asks the scheduler for each spare (``provision_node(..., spar
 provision_id=...)``); the scheduler, which holds the job store, keeps every such provision as a
 ``state`` row of kind ``spare_provision`` (key: the provision id) from the moment it asks the
 provider until the node registers or is terminated (``actors.provisioner``). What the row says is a
-``KeptSpareProvision``: whose pool, which provider, pool tier and shape, when it was asked for, and
-the provider's instance id once it answered. Two restarts read it:
+``KeptSpareProvision``: whose pool, which provider, pool tier and shape, when it was asked for, the
+provider's instance id once it answered, and its phase (``asked`` or ``started``: the provision
+lifecycle every provision shares, ``fabric.core.provision_phase``; a row written before the phase
+was kept reads back as its instance id says). Two restarts read it:
 
 - a restarted **scheduler** keeps a row whose instance its provider took back (and answers that node
   again when the same provision id is asked for again: Ray retries a call its restart cut short),
@@ -24,11 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fabric.core.provision_phase import PROVISION_LIFECYCLE, ProvisionPhase, phase_for
 from fabric.core.scheduling.provision_rows import (
-    ROW_SCHEMA, ProvisionRowError, checked_row, optional_text, seconds, shape_of, text,
+    ROW_SCHEMA, ProvisionRowError, checked_row, optional_text, phase_of, seconds, shape_of, text,
 )
 from fabric.core.settings import NodeShape
-from fabric.core.spares.state import InFlight, ProvisionPhase
+from fabric.core.spares.state import InFlight
 
 SPARE_PROVISION_KIND = "spare_provision"
 """The ``state`` kind of a spare provision's row (key: its provision id)."""
@@ -49,17 +52,30 @@ class KeptSpareProvision:
     """The provider's instance id once it answered (None: the call is still running)."""
     started_at: float | None = None
     """When the provider answered (wall-clock seconds)."""
+    phase: ProvisionPhase = ProvisionPhase.ASKED
+    """Where it is in its life (``PROVISION_LIFECYCLE``); one built with an instance id and left
+    ``asked`` is ``started``."""
+
+    def __post_init__(self) -> None:
+        if self.phase is ProvisionPhase.ASKED:
+            object.__setattr__(self, "phase", phase_for(self.instance_id))
+
+    def moved(self, to: ProvisionPhase, why: str = "") -> "KeptSpareProvision":
+        """The same provision in phase ``to``; ``TransitionError`` naming it when the table forbids the move."""
+        to = PROVISION_LIFECYCLE.check(f"spare provision {self.provision_id}", self.phase, to, why)
+        return replace(self, phase=to)
 
     def answered(self, instance_id: str, at: float) -> "KeptSpareProvision":
-        """The same provision, its provider having answered ``instance_id`` at ``at`` (wall clock)."""
-        return replace(self, instance_id=instance_id, started_at=max(at, self.asked_at))
+        """The same provision, its provider having answered ``instance_id`` at ``at`` (wall clock): ``started``."""
+        return replace(self.moved(ProvisionPhase.STARTED, "the provider answered"), instance_id=instance_id,
+                       started_at=max(at, self.asked_at))
 
 
 def spare_provision_row(k: KeptSpareProvision) -> dict[str, Any]:
     """The ``spare_provision`` row of ``k``."""
     return {"schema": ROW_SCHEMA, "pool": k.pool, "provision_id": k.provision_id, "provider": k.provider,
             "pool_tier": k.pool_tier, "shape": k.shape.model_dump(mode="json"), "asked_at": k.asked_at,
-            "instance_id": k.instance_id, "started_at": k.started_at}
+            "instance_id": k.instance_id, "started_at": k.started_at, "phase": k.phase.value}
 
 
 def spare_provision_from_row(row: object) -> KeptSpareProvision:
@@ -75,17 +91,17 @@ def spare_provision_from_row(row: object) -> KeptSpareProvision:
     return KeptSpareProvision(pool=text(r, "pool", kind, key), provision_id=key,
                               provider=text(r, "provider", kind, key), pool_tier=text(r, "pool_tier", kind, key),
                               shape=shape_of(r, kind, key), asked_at=seconds(r, "asked_at", kind, key),
-                              instance_id=instance_id, started_at=started_at)
+                              instance_id=instance_id, started_at=started_at,
+                              phase=phase_of(r, kind, key, instance_id))
 
 
 def in_flight_of(k: KeptSpareProvision, wall_offset: float) -> InFlight:
-    """``k`` as the reconciler's ``InFlight`` in its own clock (wall − ``wall_offset``): ``started``
-    once the provider answered, else ``asked``."""
+    """``k`` as the reconciler's ``InFlight`` in its own clock (wall − ``wall_offset``), in ``k``'s
+    phase: ``started`` once the provider answered, else ``asked``."""
     asked = k.asked_at - wall_offset
-    if k.started_at is None:
+    if k.phase is ProvisionPhase.ASKED or k.started_at is None:
         return InFlight(k.provision_id, k.pool_tier, k.shape, asked)
-    return InFlight(k.provision_id, k.pool_tier, k.shape, asked, ProvisionPhase.STARTED,
-                    max(asked, k.started_at - wall_offset))
+    return InFlight(k.provision_id, k.pool_tier, k.shape, asked, k.phase, max(asked, k.started_at - wall_offset))
 
 
 __all__ = ["KeptSpareProvision", "SPARE_PROVISION_KIND", "in_flight_of", "spare_provision_from_row",

@@ -8,9 +8,11 @@ nothing new; the actor reports what became of each request through the ``provisi
 ``activity`` methods. Time always comes in as an argument.
 
 A provision moves ``asked`` (reconcile issued it) -> ``started`` (the provider accepted it) ->
-``registered`` (its node joined); ``failed`` and ``abandoned`` end it early. A report that comes
-after the provision ended (a provider that says "failed" after the timeout abandoned it) changes
-nothing and the method returns False.
+``registered`` (its node joined); ``failed`` and ``abandoned`` end it early: the table every
+provision of the fabric shares (``fabric.core.provision_phase.PROVISION_LIFECYCLE``; a forbidden
+move raises ``TransitionError`` naming the spare provision). A report that comes after the
+provision ended (a provider that says "failed" after the timeout abandoned it) changes nothing
+and the method returns False.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
-from fabric.core.lifecycle import Lifecycle
+from fabric.core.provision_phase import IN_FLIGHT, PROVISION_LIFECYCLE, ProvisionPhase
 from fabric.core.settings import NodeShape
 
 BACKOFF_S = 60.0
@@ -32,24 +33,7 @@ FINISHED_KEPT = 256
 """How many ended provisions are remembered (so a late report is recognised as late)."""
 
 
-class ProvisionPhase(str, Enum):
-    ASKED = "asked"
-    STARTED = "started"
-    REGISTERED = "registered"
-    FAILED = "failed"
-    ABANDONED = "abandoned"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-P = ProvisionPhase
-_ENDS = (P.REGISTERED, P.FAILED, P.ABANDONED)
-PROVISION_LIFECYCLE: Lifecycle[ProvisionPhase] = Lifecycle(ProvisionPhase, [
-    (P.ASKED, P.STARTED), *((P.ASKED, to) for to in _ENDS), *((P.STARTED, to) for to in _ENDS),
-])
-"""Every move a spare provision may make."""
-IN_FLIGHT = frozenset({P.ASKED, P.STARTED})
+P = ProvisionPhase  # the phases every provision of the fabric shares (fabric.core.provision_phase)
 
 
 @dataclass(frozen=True)
