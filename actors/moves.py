@@ -2,17 +2,18 @@
 side of the scheduler actor; API.md § Drain, eviction, interruption, migration).
 
 ``MoveRequests`` is one object of ``actors.scheduler.Scheduler``, whose remote methods of the same
-names hand every such call to it: it checks what arrives over the wire and hands it on to the job
-runner's sagas (``actors.migrations.MigrationRunner``) and drains (``actors.drains.DrainRunner``).
+names hand every such call to it: it reads what arrives over the wire with the scheduler's readers
+(``fabric.core.scheduler_args``, ``fabric.core.scheduling.messages``: the ones ``FabricHandle``
+reads with too) and hands it on to the job runner's sagas (``actors.migrations.MigrationRunner``)
+and drains (``actors.drains.DrainRunner``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from fabric.core import scheduler_args as args
 from fabric.core.errors import MessageError, MigrationError, NodeNotFoundError
-from fabric.core.jobs.drains import INTERRUPTION_KINDS
-from fabric.core.jobs.migration import MigrationStrategy
 from fabric.core.scheduling import SchedulerCore
 from fabric.core.scheduling import messages as msg
 
@@ -37,14 +38,9 @@ class MoveRequests:
     async def migrate_job(self, job_id: str, strategy: str | None = None, target_node: str | None = None,
                           override_reservation: bool = False) -> str:
         """Open a migration for a running job; its id once the target is placed and being created."""
-        job_id = msg.read_id("job_id", job_id)
-        if strategy is not None:
-            strategy = msg.read_id("strategy", strategy)
-        if target_node is not None:
-            target_node = msg.read_id("target_node", target_node)
-        if not isinstance(override_reservation, bool):
-            raise MessageError("override_reservation", "must be true or false", type(override_reservation).__name__)
-        return self._moves().migrate(job_id, strategy, target_node, override_reservation).migration_id
+        job_id, strategy, target_node, override = args.read_migrate_request(job_id, strategy, target_node,
+                                                                            override_reservation)
+        return self._moves().migrate(job_id, strategy, target_node, override).migration_id
 
     def migration(self, migration_id: str) -> Any:
         return self._moves().state(msg.read_id("migration_id", migration_id))
@@ -53,9 +49,7 @@ class MoveRequests:
         return self._moves().states()
 
     def abort_migration(self, migration_id: str, reason: str = "") -> Any:
-        if not isinstance(reason, str) or len(reason) > 1000:
-            raise MessageError("reason", "must be text, at most 1000 characters", type(reason).__name__)
-        return self._moves().abort(msg.read_id("migration_id", migration_id), reason)
+        return self._moves().abort(*args.read_abort(migration_id, reason))
 
     # -- drains, evictions, reclaim notices (actors.drains.DrainRunner) ---------------------------------
     def _drains(self) -> "DrainRunner":
@@ -67,13 +61,8 @@ class MoveRequests:
     async def drain_jobs(self, node: str, timeout_s: float | None = None, force: bool = False,
                          strategy: str | None = None) -> Any:
         """Cordon the node, migrate its jobs by ``strategy``, then have Ray drain it (``DrainState``)."""
-        node_id = self._node(node)
-        timeout_s = None if timeout_s is None else msg.read_seconds("timeout_s", timeout_s, allow_zero=True)
-        if not isinstance(force, bool):
-            raise MessageError("force", "must be true or false", type(force).__name__)
-        if strategy is not None and strategy not in {s.value for s in MigrationStrategy}:
-            raise MessageError("strategy", f"must be one of {', '.join(s.value for s in MigrationStrategy)}", strategy)
-        return await self._drains().drain(node_id, timeout_s, force, strategy)
+        node, timeout_s, force, strategy = args.read_drain_request(node, timeout_s, force, strategy)
+        return await self._drains().drain(self.core.resolve_node(node), timeout_s, force, strategy)
 
     def drain_status(self, node: str) -> Any:
         """The drain of ``node`` (by id or name), in progress or the latest ended. A node Ray drained
@@ -92,12 +81,8 @@ class MoveRequests:
 
     async def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: float | None = None) -> Any:
         """A provider's reclaim notice: a forced drain sized to ``deadline`` (epoch seconds)."""
-        node_id = self._node(node)
-        if kind not in INTERRUPTION_KINDS:
-            raise MessageError("kind", f"must be one of {', '.join(INTERRUPTION_KINDS)}", kind)
-        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0):
-            raise MessageError("deadline", "must be epoch seconds (time.time()) or None", deadline)
-        return await self._drains().interrupt(node_id, kind, None if deadline is None else float(deadline))
+        node, kind, deadline = args.read_interruption(node, kind, deadline)
+        return await self._drains().interrupt(self.core.resolve_node(node), kind, deadline)
 
     async def close_migrations(self, grace_s: float = 5.0) -> int:
         """``fabric.down``: roll back or mark lost every saga in flight, within ``grace_s``."""

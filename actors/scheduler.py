@@ -263,9 +263,7 @@ class Scheduler:
     async def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> dict:
         """A dry-run placement against the live fleet, with its trace: the decision, each node's
         first failing filter, each survivor's key, and the text a person reads."""
-        req = msg.read_requirement(req)
-        if ctx is not None and not isinstance(ctx, PlacementContext):
-            raise MessageError("ctx", "must be a fabric.core.placement.PlacementContext or None", type(ctx).__name__)
+        req, ctx = msg.read_requirement(req), msg.read_context(ctx)
         await self._until_ready()
         return self.core.explain(req, ctx, verbose=bool(verbose))
 
@@ -392,17 +390,12 @@ class Scheduler:
     def events(self, since: int = 0, kinds: list[str] | None = None, limit: int = 1000) -> list[dict]:
         """The fabric's event log after number ``since``, oldest first: the first ``limit`` events
         (a negative ``limit``: the newest ``-limit``), of ``kinds`` only when given."""
-        since = msg.read_count("since", since, 2**63 - 1)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit == 0:
-            raise MessageError("limit", "expected a non-zero whole number", limit)
-        if kinds is not None and (isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds)):
-            raise MessageError("kinds", "expected a list of event kinds", kinds)
-        found = self._runner().events_since(since, list(kinds) if kinds else None)
+        since, kinds, limit = msg.read_since(since), msg.read_kinds(kinds), msg.read_event_limit(limit)
+        found = self._runner().events_since(since, kinds)
         return found[:limit] if limit > 0 else found[limit:]
 
     def job_events(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
-        since = msg.read_count("since", since, 2**63 - 1)
-        return self._runner().events_since(since, list(kinds) if kinds else None)
+        return self._runner().events_since(msg.read_since(since), msg.read_kinds(kinds))
 
     def _claimed(self, s: NodeJoined) -> NodeJoined:
         """A node the autoscaler brought up carries no instance label: its provider says which

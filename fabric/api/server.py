@@ -3,9 +3,12 @@
 ``OperatorServicer(scheduler)`` turns each RPC into calls of the scheduler actor's methods on
 ``scheduler``, an ``AsyncSchedulerApi`` (``fabric.core.scheduler_api``: the operator actor passes
 the ``AsyncSchedulerClient`` of ``fabric.scheduler``; unit tests pass a fake), each called by name
-in code, so mypy holds every RPC's call to the scheduler's real signature. A request's fields are
-checked here, where they enter (a missing node, a malformed requirement or bundle), before
-anything is called. The fabric's errors become status codes
+in code, so mypy holds every RPC's call to the scheduler's real signature. What only this edge can
+do is done here before anything is called: JSON and bundle messages turned into the fabric's
+objects (a malformed requirement or bundle refused), and a request's node read with the scheduler's
+own reader. Every other field is passed on as it came and read by the scheduler on arrival
+(``fabric.core.scheduler_args``), so a bad one gets the error any other caller gets. The fabric's
+errors become status codes
 (``status_for``): bad input INVALID_ARGUMENT naming the field, an unknown node/job/bundle NOT_FOUND,
 a refused move FAILED_PRECONDITION, no capacity RESOURCE_EXHAUSTED, anything else INTERNAL; an RPC
 never crashes the server. ``TokenInterceptor`` refuses every call without the right
@@ -31,6 +34,7 @@ from fabric.core.errors import (
     RequirementError, SettingsError, TransitionError,
 )
 from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
+from fabric.core.scheduling.messages import read_id
 
 EventsReader = Literal["events", "job_events"]
 """Which of the scheduler's log readers WatchEvents polls: ``events(since, kinds, limit)`` or ``job_events(since, kinds)``."""
@@ -82,9 +86,9 @@ def _guarded(fn: Callable) -> Callable:
 
 
 def _node(request: Any) -> str:
-    if not request.node:
-        raise MessageError("node", "must name a node (its id or name)", request.node)
-    return request.node
+    """The request's node, read with the scheduler's own reader before anything is called (the
+    scheduler reads it again on arrival; this one keeps a request without a node off the actor)."""
+    return read_id("node", request.node)
 
 
 # -- the servicer -------------------------------------------------------------------------------------------

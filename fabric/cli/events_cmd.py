@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from fabric.core.errors import FabricError
+from fabric.core.scheduling.messages import read_since
 
 __all__ = ["add_parser", "events_with", "format_event", "summary"]
 
@@ -94,18 +95,17 @@ def events_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout,
                 sleep: Callable[[float], None] = time.sleep, follows: int | None = None) -> int:
     """Print the events ``args`` asks for from ``handle.events``; with ``--follow`` keep polling
     (``follows``: stop after that many polls, for tests; None: until Ctrl-C)."""
-    limit, interval = args.limit, args.interval
+    limit, interval = args.limit, args.interval  # the command's own: how many of the newest to show, how often to poll
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         print(f"fabric events: --limit must be a whole number >= 1 (got {limit!r})", file=err)
-        return 2
-    if args.since is not None and args.since < 0:
-        print(f"fabric events: --since must be a whole number >= 0 (got {args.since!r})", file=err)
         return 2
     if args.follow and not (isinstance(interval, (int, float)) and interval > 0):
         print(f"fabric events: --interval must be a positive number of seconds (got {interval!r})", file=err)
         return 2
     kinds = list(args.kind) if args.kind else None
     try:
+        if args.since is not None:  # with the scheduler's own reader: a bad --since fails before anything is asked
+            read_since(args.since)
         events = list(handle.events(args.since, kinds, limit) if args.since is not None else handle.events(0, kinds, -limit))
     except RuntimeError as exc:  # the fabric (its scheduler) is not up here
         print(f"fabric events: {exc}", file=err)

@@ -29,12 +29,16 @@ import time
 from typing import Any, Callable, Sequence, TextIO
 
 from fabric.core.errors import FabricError
+from fabric.core.scheduler_args import INTERRUPTION_KINDS, STRATEGY_NAMES
+from fabric.core.scheduling.messages import read_seconds
 
 __all__ = ["add_parser", "as_plain", "drain_lines", "drain_with", "evict_with", "format_migrations", "interrupt_with",
            "migrate_with", "migration_rows", "migrations_with"]
 
-STRATEGY_CHOICES = ("stop_then_start", "overlap", "handover")
-KIND_CHOICES = ("spot-interruption", "rebalance")
+STRATEGY_CHOICES = STRATEGY_NAMES
+"""``--strategy``: the scheduler's migration strategies (the names ``read_strategy`` takes)."""
+KIND_CHOICES = tuple(INTERRUPTION_KINDS)
+"""``interrupt --kind``: the notice kinds the scheduler takes."""
 TERMINAL_PHASES = ("done", "aborted", "lost")
 MIGRATIONS_HEADER = ("ID", "JOB", "STRATEGY", "PHASE", "SOURCE -> TARGET", "AGE")
 _WIDTHS = (8, 10, 15, 15, 21, 5)  # 79 columns with the single spaces between them
@@ -290,9 +294,10 @@ def migrations_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.std
 
 def interrupt_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
                    now: Callable[[], float] = time.time) -> int:
-    if args.deadline is not None and not args.deadline >= 0:
-        print(f"fabric interrupt: --deadline must be 0 or more seconds (got {args.deadline})", file=err)
-        return 2
+    try:  # --deadline is seconds from now, the CLI's own: once made epoch seconds, a past one would pass
+        read_seconds("--deadline", args.deadline, allow_zero=True)
+    except FabricError as exc:
+        return _fail("interrupt", exc, err)
     t = now()
     deadline = None if args.deadline is None else t + args.deadline
     try:

@@ -81,7 +81,8 @@ class SettingsConflictError(FabricError):
 
 
 class RequirementError(FabricError, ValueError):
-    """A requirement (or decorator argument) is invalid; ``field`` names the one at fault."""
+    """A requirement (or decorator argument) is invalid; ``field`` names the one at fault. An argument
+    of a call to an actor that does not validate is one too (``MessageError``)."""
 
     field: str
     reason: str
@@ -181,9 +182,14 @@ class NodeNotFoundError(FabricError, KeyError):
         return self.message
 
 
-class MessageError(FabricError, ValueError):
-    """A message an actor received does not validate (a lease request, a call report, an operator
-    call): ``field`` names what is wrong, ``reason`` why, ``value`` a short repr of what came."""
+class MessageError(RequirementError):
+    """An argument of a call to an actor does not validate (a lease request, a call report, an
+    operator call): ``field`` names what is wrong, ``reason`` why, ``value`` a short repr of what came.
+
+    The scheduler's readers (``fabric.core.scheduling.messages``, ``fabric.core.scheduler_args``)
+    raise it wherever an argument is read: by the actor on arrival, and by an edge (a
+    ``FabricHandle`` method, the gRPC servicer, the CLI) that reads it first with the same reader.
+    It is a ``RequirementError``, so every path a bad argument can take ends in the same error."""
 
     field: str
     reason: str
@@ -195,7 +201,7 @@ class MessageError(FabricError, ValueError):
         except Exception:  # a hostile object whose repr raises: its type is enough
             shown = f"<{type(value).__name__}>"
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        super().__init__(f"{field}: {reason} (got {shown})", field=field, reason=reason, value=shown)
+        FabricError.__init__(self, f"{field}: {reason} (got {shown})", field=field, reason=reason, value=shown)
 
     def __reduce__(self):
         return (MessageError, (self.field, self.reason, self.value))

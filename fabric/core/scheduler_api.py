@@ -1,12 +1,16 @@
 """The scheduler actor's remote surface, as types (issue 21, item 3).
 
 ``SchedulerApi`` names every method a caller may send to the scheduler actor (``fabric.scheduler``
-in namespace ``fabric``: ``actors.scheduler.Scheduler`` with its ``actors.moves.SchedulerMoves``
-mixin), with the names, argument order and defaults the actor has, and the plain value each one
-answers (what a Ray call's ``ObjectRef`` resolves to). ``AsyncSchedulerApi`` is the same surface
-awaited, for callers on an event loop (the operator API's servicer). Callers hold one of these and
+in namespace ``fabric``: ``actors.scheduler.Scheduler``, its moves handed to
+``actors.moves.MoveRequests``), with the names, argument order and defaults the actor has, and the
+plain value each one answers (what a Ray call's ``ObjectRef`` resolves to). ``AsyncSchedulerApi`` is
+the same surface awaited, for callers on an event loop (the operator API's servicer). Callers hold one of these and
 call methods by name in code, never by a name in a string: the typed clients that carry the calls
 to a Ray actor handle are ``fabric.rayio.scheduler_client``'s.
+
+Its arguments are read on arrival by the actor, with the readers of
+``fabric.core.scheduling.messages`` and ``fabric.core.scheduler_args``; an edge that reads one
+before sending it calls the same reader.
 
 It lives in the core because it needs nothing but the core's types (no Ray): any layer may type
 against it. ``tests/unit/test_scheduler_api.py`` holds it to the actor's real signatures and the

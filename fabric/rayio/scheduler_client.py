@@ -2,9 +2,10 @@
 
 Each method calls the actor method of its own name explicitly (``handle.<name>.remote(...)``), so
 a renamed or re-ordered method is a type error where it is called, not a string that fails at run
-time. The clients check nothing: an argument is checked once, at the edge where it entered (the
-``FabricHandle`` method a user called, the gRPC request, the CLI's parser) and by the actor on
-arrival; the client only carries it.
+time. The clients check nothing: the actor reads every argument on arrival, with the one set of
+readers (``fabric.core.scheduling.messages``, ``fabric.core.scheduler_args``) that an edge calls
+when it reads an argument first (a ``FabricHandle`` drain, the gRPC request's node); the client
+only carries it.
 
 - ``SchedulerClient`` (``SchedulerApi``): blocking. Every call's ``ObjectRef`` goes to ``answer(ref,
   least_wait_s)``, which waits for it the caller's way (``FabricHandle``: its timeout, the scheduler's

@@ -28,7 +28,7 @@ from fabric.core.scheduling import NodeAssignment
 from fabric.core.settings import FabricSettings
 from fabric.rayio.scheduler_client import SchedulerClient
 from fabric.runtime import session as sessions
-from fabric.runtime.event_log import EventsSurface
+from fabric.runtime.event_log import EventsSurface, read_kinds
 from fabric.runtime.lifecycle import bring_up, down, running_calls
 from fabric.runtime.moves import MovesSurface
 from fabric.runtime.spares import SparesSurface
@@ -183,7 +183,7 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
 
     def job_events(self, since: int = 0, kinds: Iterable[str] | None = None) -> list[FabricEvent]:
         """Job and bundle events after number ``since`` (each: seq, kind, at, data)."""
-        return self._scheduler_api().job_events(since, list(kinds) if kinds else None)
+        return self._scheduler_api().job_events(since, read_kinds(kinds))
 
     # -- bundles (API.md § Bundles) ------------------------------------------------------------------------
     def _bundle_blob(self, bundle: Any) -> bytes:

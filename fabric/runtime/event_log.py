@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from fabric.core.errors import MessageError
 from fabric.core.scheduler_api import FabricEvent, SchedulerApi
+from fabric.core.scheduling import messages as msg
 
 __all__ = ["EventsSurface", "PAGE", "read_kinds"]
 
@@ -20,18 +20,14 @@ PAGE = 1000
 
 
 def read_kinds(kinds: Any) -> list[str] | None:
-    """``None`` (every kind), one kind, or several, as the scheduler takes them; ``MessageError`` otherwise."""
-    if kinds is None:
-        return None
+    """``None`` (every kind), one kind, or several (any iterable), as a list the scheduler takes: one
+    kind given alone is wrapped here (the scheduler takes lists only), then read with the scheduler's
+    own reader (``fabric.core.scheduling.messages.read_kinds``; ``MessageError`` naming ``kinds``)."""
     if isinstance(kinds, str):
         kinds = [kinds]
-    try:
-        out = list(kinds)
-    except TypeError:
-        raise MessageError("kinds", "expected an event kind or a list of them", kinds) from None
-    if not all(isinstance(k, str) and k for k in out):
-        raise MessageError("kinds", "expected an event kind or a list of them", kinds)
-    return out or None
+    elif kinds is not None and not isinstance(kinds, (list, tuple)) and isinstance(kinds, Iterable):
+        kinds = list(kinds)
+    return msg.read_kinds(kinds)
 
 
 class EventsSurface:

@@ -23,6 +23,7 @@ import threading
 from typing import Any, Callable, TextIO
 
 from fabric.core.errors import MessageError
+from fabric.core.scheduling import messages as msg
 from fabric.runtime.event_log import PAGE, EventsSurface, read_kinds
 
 __all__ = ["EventsSurface", "PAGE", "Subscription", "on", "read_kinds"]
@@ -51,8 +52,8 @@ class Subscription:
             raise MessageError("interval_s", "expected a positive number of seconds", interval_s)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise MessageError("limit", "expected a positive whole number", limit)
-        if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
-            raise MessageError("since", "expected None or a whole number >= 0", since)
+        if since is not None:  # passed on to handle.events: read as the scheduler reads it
+            since = msg.read_since(since)
         self.handle, self.kind, self.fn = handle, kind, fn
         self.kinds = None if kind == "*" else [kind]
         self.interval_s, self.limit = float(interval_s), limit

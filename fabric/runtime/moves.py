@@ -1,11 +1,14 @@
 """Moving work on purpose, on the driver's side: the ``FabricHandle`` methods for drain, eviction,
 spot interruption and migration (API.md § Drain, eviction, interruption, migration).
 
-Each method checks its arguments first (``RequirementError`` naming the field, nothing sent), then
-calls the scheduler actor through the handle's ``SchedulerApi`` and answers what it answered: a ``DrainState``, a
-``NodeInterruptionState``, a ``MigrationState`` or a migration id. A fabric error the scheduler
-raised (``NodeNotFoundError``, ``JobNotFoundError``, ``MigrationError``...) is raised as itself,
-not wrapped in Ray's ``RayTaskError``.
+Each method calls the scheduler actor through the handle's ``SchedulerApi`` and answers what it
+answered: a ``DrainState``, a ``NodeInterruptionState``, a ``MigrationState`` or a migration id. The
+scheduler reads every argument on arrival (``fabric.core.scheduler_args``); a drain, an interruption
+and a migration are read here first with the same readers, so a bad one fails before anything is
+sent (``MessageError``, a ``RequirementError``, naming the field: the error the actor would raise),
+and the wait on a drain or an interruption is sized from its checked ``timeout_s`` or deadline. A
+fabric error the scheduler raised (``NodeNotFoundError``, ``JobNotFoundError``, ``MigrationError``,
+``MessageError``...) is raised as itself, not wrapped in Ray's ``RayTaskError``.
 
 - ``h.drain(node, timeout_s=None, force=False, strategy=None)``: cordon, migrate each job, then ask
   Ray to drain the node (the scheduler's ``drain_jobs``); ``None`` takes the settings' defaults.
@@ -19,95 +22,45 @@ not wrapped in Ray's ``RayTaskError``.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any
 
-from fabric.core.errors import RequirementError
+from fabric.core import scheduler_args as args
 from fabric.core.jobs.drains import DrainState, NodeInterruptionState
 from fabric.core.jobs.migration import MigrationState
 from fabric.core.scheduler_api import SchedulerApi
+from fabric.core.scheduling.messages import read_id
 
-STRATEGIES = ("stop_then_start", "overlap", "handover")
-"""The migration strategies, when the core's ``MigrationStrategy`` is not importable."""
-INTERRUPTION_KINDS = ("spot-interruption", "rebalance")
+STRATEGIES = args.STRATEGY_NAMES
+"""The migration strategies (the core's ``MigrationStrategy``, by name)."""
+INTERRUPTION_KINDS = args.INTERRUPTION_KINDS
 
 
 def strategies() -> tuple[str, ...]:
     """The strategy names the core knows (``fabric.core.jobs.migration.MigrationStrategy``)."""
-    try:
-        from fabric.core.jobs.migration import MigrationStrategy
-    except ImportError:  # pragma: no cover - before the saga module exists
-        return STRATEGIES
-    return tuple(s.value for s in MigrationStrategy)
+    return STRATEGIES
 
 
 def interruption_kinds() -> tuple[str, ...]:
-    try:
-        from fabric.core.jobs.drains import INTERRUPTION_KINDS as kinds
-    except ImportError:  # pragma: no cover - before the drain models exist
-        return INTERRUPTION_KINDS
-    return tuple(kinds)
+    return tuple(INTERRUPTION_KINDS)
 
 
-def _name(field: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise RequirementError(field, "must be a non-empty string", value)
-    return value
-
-
-def _optional_name(field: str, value: Any) -> str | None:
-    return None if value is None else _name(field, value)
-
-
-def _flag(field: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise RequirementError(field, "must be True or False", value)
-    return value
-
-
-def _seconds(field: str, value: Any, *, positive: bool = True) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RequirementError(field, "must be a finite number of seconds", value)
-    if value < 0 or (positive and value == 0):
-        raise RequirementError(field, "must be more than 0 seconds" if positive else "must not be negative", value)
-    return float(value)
-
-
-def _strategy(value: Any) -> str | None:
-    if value is None:
-        return None
-    value = getattr(value, "value", value)  # a MigrationStrategy member
-    known = strategies()
-    if value not in known:
-        raise RequirementError("strategy", f"must be one of {', '.join(known)}", value)
-    return str(value)
-
-
-def _kind(value: Any) -> str:
-    known = interruption_kinds()
-    if value not in known:
-        raise RequirementError("kind", f"must be one of {', '.join(known)}", value)
-    return str(value)
+def _as_epoch(value: Any) -> Any:
+    """A ``datetime`` as epoch seconds, converted here: a naive one is this process's local time (as
+    ``datetime.timestamp`` reads it), which the scheduler's process cannot know. Anything else as given."""
+    return value.timestamp() if isinstance(value, datetime) else value
 
 
 def epoch_deadline(value: Any) -> float | None:
-    """``deadline`` as epoch seconds (``time.time()``'s base): a ``datetime`` (a naive one is local
-    time, as ``datetime.timestamp`` reads it), a number of epoch seconds, or ``None``."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise RequirementError("deadline", "must be a datetime, epoch seconds (time.time()) or None", value)
-    return float(value)
+    """``deadline`` as epoch seconds (``time.time()``'s base): a ``datetime``, a number of epoch
+    seconds, or ``None``, read as the scheduler reads it (``fabric.core.scheduler_args.read_deadline``)."""
+    return args.read_deadline(_as_epoch(value))
 
 
 class MovesSurface:
-    """Mixed into ``FabricHandle``: each method checks its arguments (the edge where they enter),
-    then calls the scheduler through the handle's typed client (``fabric.core.scheduler_api``)."""
+    """Mixed into ``FabricHandle``: each method calls the scheduler through the handle's typed client
+    (``fabric.core.scheduler_api``), a drain, an interruption or a migration read first with the
+    scheduler's own readers (``fabric.core.scheduler_args``)."""
 
     def _scheduler_api(self) -> SchedulerApi:  # pragma: no cover - FabricHandle's
         raise NotImplementedError
@@ -117,41 +70,36 @@ class MovesSurface:
         """Cordon ``node``, migrate each of its jobs by ``strategy`` (default: the settings'), then
         ask Ray to drain it; with ``force``, what has not moved by ``timeout_s`` is stopped and
         recovered by its policy. The ``DrainState``."""
-        node = _name("node", node)
-        timeout = _seconds("timeout_s", timeout_s, positive=False)  # 0: stop (with force) or give up at once
-        force = _flag("force", force)
-        chosen = _strategy(strategy)
+        # timeout_s 0: stop (with force) or give up at once
+        node, timeout, force, chosen = args.read_drain_request(node, timeout_s, force, strategy)
         return self._scheduler_api().drain_jobs(node, timeout, force, chosen)  # waited on past timeout_s
 
     def drain_status(self, node: str) -> DrainState | None:
         """``node``'s drain (``DrainState``), or ``None`` when it has none."""
-        return self._scheduler_api().drain_status(_name("node", node))
+        return self._scheduler_api().drain_status(node)
 
     def evict(self, node: str) -> list[str]:
         """Stop ``node``'s jobs now; each recovers by its policy. The job ids stopped."""
-        return list(self._scheduler_api().evict(_name("node", node)))
+        return list(self._scheduler_api().evict(node))
 
     def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: Any = None) -> NodeInterruptionState:
         """A provider's notice that ``node`` goes at ``deadline`` (a ``datetime``, epoch seconds or
         ``None``): a forced drain sized to it (``NodeInterruptionState``); a second notice tightens it."""
-        node = _name("node", node)
-        kind = _kind(kind)
-        return self._scheduler_api().handle_node_interruption(node, kind, epoch_deadline(deadline))  # waited on to it
+        node, kind, when = args.read_interruption(node, kind, _as_epoch(deadline))
+        return self._scheduler_api().handle_node_interruption(node, kind, when)  # waited on to it
 
     # -- migration ----------------------------------------------------------------------------------
     def migrate_job(self, job_id: str, strategy: Any = None, target_node: str | None = None,
                     override_reservation: bool = False) -> str:
         """Start moving ``job_id`` (to ``target_node``, else where placement puts it, its node
         excluded) by ``strategy`` (default: the settings'); the migration id."""
-        job_id = _name("job_id", job_id)
-        chosen = _strategy(strategy)
-        target = _optional_name("target_node", target_node)
-        override = _flag("override_reservation", override_reservation)
+        job_id, chosen, target, override = args.read_migrate_request(job_id, strategy, target_node,
+                                                                     override_reservation)
         return self._scheduler_api().migrate_job(job_id, chosen, target, override)  # None: the scheduler's default
 
     def migration(self, migration_id: str) -> MigrationState:
         """One migration's ``MigrationState`` (``MigrationError`` for an unknown id)."""
-        return self._scheduler_api().migration(_name("migration_id", migration_id))
+        return self._scheduler_api().migration(read_id("migration_id", migration_id))
 
     def migrations(self) -> list[MigrationState]:
         """Every migration the scheduler keeps (in flight and recent), oldest first."""
@@ -160,10 +108,7 @@ class MovesSurface:
     def abort_migration(self, migration_id: str, reason: str = "") -> MigrationState:
         """Roll ``migration_id`` back (the source keeps running); ``MigrationError`` past its point of
         no return. Its ``MigrationState``."""
-        migration_id = _name("migration_id", migration_id)
-        if not isinstance(reason, str):
-            raise RequirementError("reason", "must be a string", reason)
-        return self._scheduler_api().abort_migration(migration_id, reason)
+        return self._scheduler_api().abort_migration(*args.read_abort(migration_id, reason))
 
 
 __all__ = ["INTERRUPTION_KINDS", "MovesSurface", "STRATEGIES", "epoch_deadline", "interruption_kinds", "strategies"]

@@ -6,13 +6,13 @@ which the client imports, can import these without importing the client back.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from fabric.core.errors import RequirementError
 from fabric.core.placement import Requirement
 from fabric.core.placement.requirement import MAX_NAME, shown
+from fabric.core.scheduling.messages import MAX_SECONDS, read_priority, read_timeout
 from fabric.core.settings import FabricSettings
 from fabric.runtime.session import settings_in_force
 
@@ -27,11 +27,11 @@ _REQUIREMENT_ARGS = frozenset({
 _DISPATCH_ARGS = frozenset({"on_no_capacity", "queue_timeout_s", "max_retries", "priority", "name"})
 _ALL_ARGS = _REQUIREMENT_ARGS | _DISPATCH_ARGS | {"operation"}
 #: Longest queue wait one may ask for (about 31 years): past it a number is a mistake, and an
-#: int past 1e308 would overflow the float arithmetic of the deadline.
-MAX_QUEUE_TIMEOUT_S = 1e9
+#: int past 1e308 would overflow the float arithmetic of the deadline. The scheduler's bound
+#: (``wait_for_placement``'s ``timeout_s``, read by ``fabric.core.scheduling.messages.read_timeout``).
+MAX_QUEUE_TIMEOUT_S = MAX_SECONDS
 #: Ray keeps a task's retry count in 32 bits.
 _MAX_RETRIES = (1 << 31) - 1
-_INT64 = 1 << 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +54,13 @@ class DispatchOptions:
         # Types first, then ranges: comparing or converting a hostile value is what would raise.
         if not isinstance(self.on_no_capacity, str) or self.on_no_capacity not in ("queue", "raise"):
             raise RequirementError("on_no_capacity", f"must be 'queue' or 'raise', got {shown(self.on_no_capacity)}", self.on_no_capacity)
-        t = self.queue_timeout_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or (isinstance(t, float) and math.isnan(t))
-                              or not 0 < t <= MAX_QUEUE_TIMEOUT_S):
-            raise RequirementError("queue_timeout_s", f"must be a positive number of seconds, at most {MAX_QUEUE_TIMEOUT_S:g}; "
-                                   f"got {shown(t)}", t)
+        # The queue wait and the priority go to the scheduler's wait_for_placement: read here, when
+        # decorating, with the readers it reads them with on arrival (a MessageError naming the field).
+        read_timeout("queue_timeout_s", self.queue_timeout_s)
         r = self.max_retries
         if isinstance(r, bool) or not isinstance(r, int) or not -1 <= r <= _MAX_RETRIES:
             raise RequirementError("max_retries", f"must be an integer from -1 (retry forever) to {_MAX_RETRIES}, got {shown(r)}", r)
-        p = self.priority
-        if isinstance(p, bool) or not isinstance(p, int) or not -_INT64 <= p < _INT64:
-            raise RequirementError("priority", f"must be a 64-bit integer, got {shown(p)}", p)
+        read_priority("priority", self.priority)
         n = self.name
         if n is not None and (not isinstance(n, str) or not n.strip() or len(n) > MAX_NAME):
             raise RequirementError("name", f"must be a non-empty task name of at most {MAX_NAME} characters, got {shown(n)}", n)

@@ -5,6 +5,12 @@ operators. Each method's arguments are read here first: types, ranges and sizes,
 message gets ``MessageError`` naming the field (a requirement itself is checked by
 ``Requirement``, a pool by ``SchedulerCore.check_requirement``) and nothing in the scheduler
 changes. Plain checks, not pydantic: a lease request arrives every health tick per class.
+
+Each rule is written once, here (and, for what needs the jobs core's names, in
+``fabric.core.scheduler_args``): the actor's endpoints call these readers, and so does an edge
+that reads an argument before sending it (a ``FabricHandle`` method, the gRPC servicer, the CLI,
+a task's decorator options), so every path a bad argument takes ends in the same ``MessageError``.
+``tests/unit/test_scheduler_args.py`` holds the edges to that.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import math
 from typing import Any
 
 from fabric.core.errors import MessageError
-from fabric.core.placement import Requirement
+from fabric.core.placement import PlacementContext, Requirement
 
 MAX_ID_CHARS = 128
 """Lease ids and node names/ids: a Ray node id is 56 hex characters."""
@@ -25,6 +31,12 @@ MAX_RELEASE = 1024
 """Idle leases, or allocations, given back in one message."""
 MAX_COUNT = 10**9
 """Calls counted in one report."""
+MAX_SEQ = 2**63 - 1
+"""An event's number in the log, an allocation id: 64 bits."""
+MAX_TEXT = 1000
+"""Characters of free text an operator sends (a migration's abort reason)."""
+MAX_KINDS = 256
+"""Event kinds one read of the log may name."""
 
 
 def _is_int(value: Any) -> bool:
@@ -42,6 +54,25 @@ def read_count(field: str, value: Any, limit: int = MAX_COUNT) -> int:
     """An integer in ``[0, limit]``."""
     if not _is_int(value) or not 0 <= value <= limit:
         raise MessageError(field, f"must be an integer from 0 to {limit}", value)
+    return value
+
+
+def read_optional_id(field: str, value: Any) -> str | None:
+    """None, or an id (``read_id``)."""
+    return None if value is None else read_id(field, value)
+
+
+def read_flag(field: str, value: Any) -> bool:
+    """True or False (not 1, not "yes")."""
+    if not isinstance(value, bool):
+        raise MessageError(field, "must be true or false", value)
+    return value
+
+
+def read_text(field: str, value: Any, limit: int = MAX_TEXT) -> str:
+    """Free text (possibly empty) of at most ``limit`` characters."""
+    if not isinstance(value, str) or len(value) > limit:
+        raise MessageError(field, f"must be text, at most {limit} characters", value)
     return value
 
 
@@ -85,7 +116,7 @@ def read_allocations(value: Any) -> tuple[int, ...]:
     """Allocation ids a worker gives back."""
     if not isinstance(value, (list, tuple)) or len(value) > MAX_RELEASE:
         raise MessageError("allocation_ids", f"must be a list of at most {MAX_RELEASE} allocation ids", value)
-    return tuple(read_count(f"allocation_ids[{i}]", v, 2**63 - 1) for i, v in enumerate(value))
+    return tuple(read_count(f"allocation_ids[{i}]", v, MAX_SEQ) for i, v in enumerate(value))
 
 
 MAX_SECONDS = 10.0**9
@@ -113,5 +144,37 @@ def read_timeout(field: str, value: Any) -> float | None:
 def read_priority(field: str, value: Any) -> int:
     """A queued call's priority: an integer of at most ``MAX_COUNT`` either way (higher goes first)."""
     if not (_is_int(value) and abs(value) <= MAX_COUNT):
-        raise MessageError(field, "must be an integer", value)
+        raise MessageError(field, f"must be an integer from {-MAX_COUNT} to {MAX_COUNT}", value)
+    return value
+
+
+def read_context(value: Any) -> PlacementContext | None:
+    """``explain``'s placement context: None or a ``PlacementContext``."""
+    if value is not None and not isinstance(value, PlacementContext):
+        raise MessageError("ctx", "must be a fabric.core.placement.PlacementContext or None", type(value).__name__)
+    return value
+
+
+# -- the event log (``events``, ``job_events``) ------------------------------------------------------------
+def read_since(value: Any) -> int:
+    """The number of the last event already read: events after it are asked for."""
+    return read_count("since", value, MAX_SEQ)
+
+
+def read_kinds(value: Any) -> list[str] | None:
+    """None (every kind), or a list of at most ``MAX_KINDS`` event kinds, each a non-empty id; an
+    empty list is None. One kind given as a bare string is the caller's to wrap (an edge may)."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_KINDS:
+        raise MessageError("kinds", f"expected a list of at most {MAX_KINDS} event kinds", value)
+    if not all(isinstance(k, str) and 0 < len(k) <= MAX_ID_CHARS for k in value):
+        raise MessageError("kinds", "expected a list of event kinds (non-empty strings)", value)
+    return list(value) or None
+
+
+def read_event_limit(value: Any) -> int:
+    """How many events: the first ``limit`` after ``since``, or (negative) the newest ``-limit``."""
+    if not _is_int(value) or value == 0:
+        raise MessageError("limit", "expected a non-zero whole number", value)
     return value
