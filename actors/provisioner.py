@@ -425,15 +425,16 @@ class Provisioner:
         except Exception:
             return None
 
-    def sync_demand(self, busy: list[Mapping[str, str]]) -> None:
+    def sync_demand(self, busy: list[Mapping[str, str]] | Callable[[], list[Mapping[str, str]]]) -> None:
         """Rewrite the ``ray-autoscaler`` request (each tick): its held instances plus the busy nodes
-        it does not hold (their labels). Nothing to do while that provider was never used."""
+        it does not hold (their labels; or a callable that lists them, called only when needed).
+        Nothing to do while that provider was never used."""
         p = (self._providers or {}).get("ray-autoscaler")
         sync = getattr(p, "sync", None)
         if sync is None:
             return
         try:
-            sync(busy)
+            sync(busy() if callable(busy) else busy)
         except Exception as exc:  # the GCS briefly away: the next tick writes it again
             self._note("demand_write_failed", provider="ray-autoscaler", error=f"{type(exc).__name__}: {exc}")
 

@@ -35,6 +35,7 @@ from fabric.core.scheduling import (
     MarkDraining, NodeAssignment, NodeChanged, NodeJoined, NodeLost, OutsidersSeen, Placed, PlacementUnclaimed,
     PlaceRequested, ProvisionNode, SchedulerCore, TerminateNode, SelectRequested, SetCordoned, SlotsReleased, Stimulus, Tick, Uncordoned, reply,
 )
+from fabric.core.scheduling.loop_timing import TickTimes
 from fabric.core.scheduling.node_events import fleet_events
 from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.core.settings import FabricSettings
@@ -98,13 +99,17 @@ class Scheduler:
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
         self.raised: dict[str, dict[str, Any]] = {}
         """Node id -> the slot cap the scaler raised it to (kept when the node comes back)."""
+        self.tick_times = TickTimes()
+        """The loop's latest ticks, timed (``loop_stats``)."""
         self._loop_task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
 
     # -- the loop ------------------------------------------------------------------------------------
     async def _run(self) -> None:
         while True:
             try:
+                t0 = time.perf_counter()
                 await self._step()
+                self.tick_times.record((time.perf_counter() - t0) * 1e3)
             except Exception as exc:  # keep serving; the next tick retries
                 print(f"[fabric.scheduler] tick failed: {type(exc).__name__}: {exc}")
             self._ready.set()
@@ -278,7 +283,7 @@ class Scheduler:
         jobs = self.jobs
         bundles = getattr(getattr(jobs, "book", None), "bundles", None) or {}
         return metrics_view(
-            self.core.metrics(), self.core.fleet.records(), jobs=jobs.metrics() if jobs is not None else None,
+            self.core.metrics(), (), group_sums=self.core.fleet.group_sums(), jobs=jobs.metrics() if jobs is not None else None,
             pools=[p.name for p in self.settings.pools], default_pool=self.core.fleet.default_pool,
             spare_targets={e.pool: e.target_count for e in self.settings.hot_spares},
             bundle_pools={bid: getattr(b.bundle, "pool", None) or self.core.fleet.default_pool for bid, b in bundles.items()},
@@ -415,12 +420,10 @@ class Scheduler:
             return
         self._demand_due = now + 1.0
         alive = getattr(getattr(self.feed, "adapter", None), "alive_node", None)
-        busy = []
-        for rec in self.core.fleet.records():
-            if rec.provider == "ray-autoscaler" and rec.running and alive is not None:
-                row = alive(rec.node_id)
-                if row is not None:
-                    busy.append(dict(row.labels))
+
+        def busy() -> list:  # the whole fleet is read only while the ray-autoscaler provider is in use
+            rows = [alive(r.node_id) for r in self.core.fleet.records() if r.provider == "ray-autoscaler" and r.running] if alive else []
+            return [dict(row.labels) for row in rows if row is not None]
         self.provisioner.sync_demand(busy)
 
     def _observe_slots(self) -> None:
@@ -449,8 +452,8 @@ class Scheduler:
         if self.jobs is not None:  # jobs waiting for a node are demand too: never scale down under them
             for pool, n in self.jobs.waiting_by_pool(default).items():
                 depth[pool] = depth.get(pool, 0) + n
-        now = self.core.clock()
-        for a in self.scaler.observe(now, self.core.fleet.records(), depth, self.core.provisions.by_tier(), self.settings):
+        fleet, now = self.core.fleet, self.core.clock()
+        for a in self.scaler.observe_changes(now, fleet, fleet.take_changed("scaler"), depth, self.core.provisions.by_tier(), self.settings):
             if isinstance(a, RaiseConcurrency) and a.node_id in self.core.fleet:
                 self.raised[a.node_id] = {"max_concurrent_tasks": a.slots}
                 self._handle(NodeChanged(a.node_id, {"max_concurrent_tasks": a.slots}, f"scaling: {a.reason}"))
@@ -530,6 +533,15 @@ class Scheduler:
 
     def nodes(self) -> list:
         return self.core.fleet.records()
+
+    def fleet_node(self, node: str) -> Any:
+        return self.core.fleet.get(node) or next((r for r in self.core.fleet.records() if r.name == node), None)
+
+    def loop_stats(self, reset: bool = False) -> dict[str, Any]:
+        out = {**self.tick_times.figures(), "fleet": len(self.core.fleet), "feed_resyncs": getattr(self.feed, "resyncs", 0)}
+        if reset:
+            self.tick_times.reset()
+        return out
 
     async def cordon(self, node: str) -> str:
         return await self._operator(Cordoned, node)

@@ -31,8 +31,8 @@ from fabric.core.placement import Decision, NodeRecord, PlacementContext, Requir
 from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
 from fabric.core.settings import NodeShape
 
-__all__ = ["AsyncSchedulerApi", "ExplainAnswer", "FabricEvent", "JobInstance", "ProvisionedInfo", "SchedulerApi",
-           "IN_PROCESS_ONLY"]
+__all__ = ["AsyncSchedulerApi", "ExplainAnswer", "FabricEvent", "JobInstance", "LoopStats", "ProvisionedInfo",
+           "SchedulerApi", "IN_PROCESS_ONLY"]
 
 IN_PROCESS_ONLY = frozenset({"ray_adapter", "handle_stimulus", "answered"})
 """Public methods of the scheduler class that are not part of its remote surface: its in-process
@@ -87,6 +87,23 @@ class ProvisionedInfo(TypedDict):
     name: str
 
 
+class LoopStats(TypedDict):
+    """How the scheduler's loop keeps up (``loop_stats``): its last ticks' durations (one tick:
+    follow the fleet feed, let time pass in the core, scale, the jobs' tick), wall milliseconds."""
+
+    ticks: int
+    """Ticks since the actor started."""
+    tick_p50_ms: float
+    tick_p99_ms: float
+    tick_max_ms: float
+    window: int
+    """How many of the latest ticks the figures are over (at most ``TICKS_KEPT``)."""
+    fleet: int
+    """Nodes in the scheduler's fleet view now."""
+    feed_resyncs: int
+    """Full resyncs of the fleet feed so far (the first poll is one)."""
+
+
 class SchedulerApi(Protocol):
     """The scheduler actor's methods, each answering its plain value (see the module docstring)."""
 
@@ -121,6 +138,10 @@ class SchedulerApi(Protocol):
     def reservations(self) -> dict[str, dict[str, int]]:
         """Per node: reservations by owner kind (``task``, ``lease``, ``observed``)."""
     def stimulus_log(self) -> list[dict[str, object]]: ...
+    def loop_stats(self, reset: bool = False) -> LoopStats:
+        """The loop's tick durations over its latest ticks; ``reset`` starts the window afresh."""
+    def fleet_node(self, node: str) -> NodeRecord | None:
+        """One node of the scheduler's fleet view (by id or name), or None when it is not in it."""
     def sync_now(self) -> int:
         """Refresh the fleet at once; the number of nodes."""
     def ping(self) -> str: ...
@@ -211,6 +232,8 @@ class AsyncSchedulerApi(Protocol):
     async def provisions(self) -> dict[str, object]: ...
     async def reservations(self) -> dict[str, dict[str, int]]: ...
     async def stimulus_log(self) -> list[dict[str, object]]: ...
+    async def loop_stats(self, reset: bool = False) -> LoopStats: ...
+    async def fleet_node(self, node: str) -> NodeRecord | None: ...
     async def sync_now(self) -> int: ...
     async def ping(self) -> str: ...
     async def pid(self) -> int: ...

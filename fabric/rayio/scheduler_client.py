@@ -29,7 +29,7 @@ from fabric.core.jobs.migration import MigrationState
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.jobs.validation import Admission, ValidationReport
 from fabric.core.placement import Decision, NodeRecord, PlacementContext, Requirement
-from fabric.core.scheduler_api import ExplainAnswer, FabricEvent, JobInstance, ProvisionedInfo
+from fabric.core.scheduler_api import ExplainAnswer, FabricEvent, JobInstance, LoopStats, ProvisionedInfo
 from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
 from fabric.core.settings import NodeShape
 
@@ -103,6 +103,12 @@ class SchedulerClient:
 
     def stimulus_log(self) -> list[dict[str, object]]:
         return self._answer(self._handle.stimulus_log.remote(), None)
+
+    def loop_stats(self, reset: bool = False) -> LoopStats:
+        return self._answer(self._handle.loop_stats.remote(reset), None)
+
+    def fleet_node(self, node: str) -> NodeRecord | None:
+        return self._answer(self._handle.fleet_node.remote(node), None)
 
     def sync_now(self) -> int:
         return self._answer(self._handle.sync_now.remote(), None)
@@ -290,6 +296,12 @@ class AsyncSchedulerClient:
 
     async def stimulus_log(self) -> list[dict[str, object]]:
         return await self._handle().stimulus_log.remote()
+
+    async def loop_stats(self, reset: bool = False) -> LoopStats:
+        return await self._handle().loop_stats.remote(reset)
+
+    async def fleet_node(self, node: str) -> NodeRecord | None:
+        return await self._handle().fleet_node.remote(node)
 
     async def sync_now(self) -> int:
         return await self._handle().sync_now.remote()

@@ -19,6 +19,7 @@ Besides ``node_id -> record`` the view keeps the indexes the fast engine walks:
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right, insort
 from typing import Iterable, Iterator
 
@@ -48,6 +49,32 @@ def cpu_classes_for(num_cpus: float) -> range:
     return range(bisect_right(CPU_BOUNDS, num_cpus), CPU_CLASSES)
 
 
+PROSPECTIVE_PREFIX = "prospective:"
+"""Node ids of prospective records (a provision's placeholder: ``prospective:<provision id>``)."""
+
+GROUP_FIELDS = ("nodes", "placeable", "running", "slots", "live_spares", "running_settled", "slots_settled",
+                "working_running", "working_slots")
+"""What ``FleetView.group_sums`` adds up per (tier, pool): nodes; placeable ones; running and slots;
+unconsumed hot spares; running and slots of the nodes not launching (``settled``); running (at most
+its slots) and slots of the nodes that take work and are not reserve (``working``: active, not held,
+cordoned or unhealthy, not an unconsumed spare, a slot or more, not a prospective record)."""
+
+
+def group_contribution(rec: NodeRecord) -> tuple[tuple[str, str], tuple[int, ...]]:
+    """One record's share of ``FleetView.group_sums``: its (tier, pool) and its figures, in ``GROUP_FIELDS`` order."""
+    d = rec.__dict__
+    running, slots = d["running"], d["_slots"]
+    spare = d["spare"] and running == 0 and not d["jobs"]
+    settled = not d["launching"]
+    working = d["_eligible"] and not spare and slots > 0 and not rec.node_id.startswith(PROSPECTIVE_PREFIX)
+    tier = d["tier"]
+    return ((tier.value if tier is not None else "?", d["pool"]),
+            (1, int(d["_eligible"] and running < slots), running, slots, int(spare), running if settled else 0,
+             slots if settled else 0, min(running, slots) if working else 0, slots if working else 0))
+
+
+_LOAD_FIELDS = frozenset({"utilization", "last_seen"})
+"""What a heartbeat moves: ``FleetView.update`` changes these in place."""
 _USAGE_FIELDS = ("running", "reserved_cpus", "reserved_memory_mib", "gpu_reserved", "ports", "jobs", "exclusive_job")
 
 
@@ -122,6 +149,12 @@ class FleetView:
         """Records of this generation or older may be shared with a snapshot/copy: copy before writing."""
         self._plans: dict = {}
         """Per-requirement search plans of the fast engine (references into ``buckets``)."""
+        self._sums: dict[tuple[str, str], list[int]] = {}
+        self._shares: dict[str, tuple[tuple[str, str], tuple[int, ...]]] = {}
+        self._dirty: set[str] = set()
+        """Nodes whose share of ``group_sums`` may have changed since it was last read."""
+        self._watchers: dict[str, set[str]] = {}
+        """Per reader of ``take_changed``: the nodes changed since it last asked."""
         for p in self.settings.pools:
             for t in p.tiers:
                 for rank in range(11):
@@ -166,6 +199,9 @@ class FleetView:
 
     def _put(self, node_id: str, rec: "NodeRecord | None") -> None:
         """Replace (or with None remove) a record, journalling it for O(1) snapshots."""
+        self._dirty.add(node_id)
+        for changed in self._watchers.values():
+            changed.add(node_id)
         if rec is None:
             self._records.pop(node_id, None)
         else:
@@ -188,6 +224,10 @@ class FleetView:
         new.buckets = {k: list(v) for k, v in self.buckets.items()}
         new.members = {k: set(v) for k, v in self.members.items()}
         new.counts = dict(self.counts)
+        new._sums = {k: list(v) for k, v in self._sums.items()}
+        new._shares = dict(self._shares)
+        new._dirty = set(self._dirty)
+        new._watchers = {k: set(v) for k, v in self._watchers.items()}
         return new
 
     # -- node events -------------------------------------------------------------------------------
@@ -211,7 +251,16 @@ class FleetView:
         return rec
 
     def update(self, node_id: str, **changes) -> NodeRecord:
-        """Change fields of one node (status, cordon, tier demotion, spare flags...)."""
+        """Change fields of one node (status, cordon, tier demotion, spare flags...). A change of
+        load alone (``utilization``, ``last_seen``: most of what a fleet's heartbeats bring) is
+        made in place, its derived load and bucket recomputed, as a reservation's is."""
+        if changes and changes.keys() <= _LOAD_FIELDS:
+            rec, d = self._writable(node_id)
+            d.update(changes)
+            util = d["utilization"]
+            d["_util"] = float(util) if isinstance(util, (int, float)) and not math.isnan(util) else 0.0
+            self._usage_changed(rec, d)
+            return rec
         return self.add(self.node(node_id).evolve(**changes), keep_usage=False)
 
     def remove(self, node_id: str) -> NodeRecord | None:
@@ -308,6 +357,9 @@ class FleetView:
         return key, (-rec._load if binpack else rec._load, rec.node_id)
 
     def _usage_changed(self, rec: NodeRecord, d: dict) -> None:
+        self._dirty.add(rec.node_id)
+        for changed in self._watchers.values():
+            changed.add(rec.node_id)
         d["_load"] = compute_load(rec)
         key, entry = self._placement(rec)
         old_key, old_entry = d["_bk"], d["_entry"]
@@ -349,6 +401,39 @@ class FleetView:
             lst = self.buckets[d["_bk"]]
             del lst[bisect_left(lst, d["_entry"])]
 
+    def take_changed(self, reader: str) -> set[str]:
+        """The ids of the nodes whose record changed (joined, left, updated, reserved or released
+        on) since ``reader`` last asked; every node's, the first time it asks."""
+        got = self._watchers.get(reader)
+        self._watchers[reader] = set()
+        return set(self._records) if got is None else got
+
+    def group_sums(self) -> dict[tuple[str, str], tuple[int, ...]]:
+        """Per (tier, pool) of the nodes in the fleet: the figures of ``GROUP_FIELDS``, summed. Kept
+        as the records change (only the nodes changed since the last call are read again), so a
+        gauge or a scaling window over a fleet of thousands costs what changed, not the fleet."""
+        sums, shares = self._sums, self._shares
+        for node_id in self._dirty:
+            old = shares.pop(node_id, None)
+            if old is not None:
+                acc = sums[old[0]]
+                for i, v in enumerate(old[1]):
+                    acc[i] -= v
+                if acc[0] == 0:
+                    del sums[old[0]]
+            rec = self._records.get(node_id)
+            if rec is not None:
+                key, share = group_contribution(rec)
+                now = sums.get(key)
+                if now is None:
+                    sums[key] = list(share)
+                else:
+                    for i, v in enumerate(share):
+                        now[i] += v
+                shares[node_id] = (key, share)
+        self._dirty.clear()
+        return {k: tuple(v) for k, v in sums.items()}
+
     def validate(self) -> None:
         """Check every index against the records (tests call this after every event)."""
         buckets: dict[tuple, list] = {}
@@ -375,3 +460,10 @@ class FleetView:
         assert {k: v for k, v in self.buckets.items() if v} == buckets, "bucket index out of step"
         assert {k: v for k, v in self.members.items() if v} == members, "member index out of step"
         assert {k: v for k, v in self.counts.items() if v} == {k: v for k, v in counts.items() if v}, "counts out of step"
+        want: dict[tuple[str, str], list[int]] = {}
+        for rec in self._records.values():
+            group, figures = group_contribution(rec)
+            total = want.setdefault(group, [0] * len(figures))
+            for i, x in enumerate(figures):
+                total[i] += x
+        assert self.group_sums() == {k: tuple(v) for k, v in want.items()}, "group sums out of step"

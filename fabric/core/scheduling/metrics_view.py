@@ -38,7 +38,8 @@ JOB_COUNTERS = ("jobs_rejected", "bundles_broken", "jobs_dropped", "job_restarts
 
 
 def _pools_view(records: Iterable[NodeRecord], pools: Iterable[str], default_pool: str,
-                spare_targets: Mapping[str, int], broken_by_pool: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
+                spare_targets: Mapping[str, int], broken_by_pool: Mapping[str, list[str]],
+                group_sums: Mapping[tuple[str, str], tuple[int, ...]] | None = None) -> dict[str, dict[str, Any]]:
     acc: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
@@ -50,6 +51,14 @@ def _pools_view(records: Iterable[NodeRecord], pools: Iterable[str], default_poo
         entry(name)
     for name in broken_by_pool:
         entry(name)
+    if group_sums is not None:  # the fleet's running sums (FleetView.group_sums): what the loop below adds up
+        for (_tier, pool), (nodes, _placeable, _running, _slots, spares, running, slots, *_rest) in group_sums.items():
+            e = entry(pool)
+            e["nodes"] += nodes
+            e["live_spares"] += spares
+            e["running"] += running
+            e["slots"] += slots
+        records = ()
     for rec in records:
         e = entry(rec.pool or default_pool)
         e["nodes"] += 1
@@ -70,12 +79,15 @@ def _pools_view(records: Iterable[NodeRecord], pools: Iterable[str], default_poo
 def metrics_view(core: Mapping[str, Any], records: Iterable[NodeRecord], *, jobs: Mapping[str, Any] | None = None,
                  pools: Iterable[str] = (), default_pool: str = "default", spare_targets: Mapping[str, int] | None = None,
                  bundle_pools: Mapping[str, str] | None = None, tasks_dispatch_failed: int = 0,
-                 jobs_dispatch_failed: int = 0, uptime_s: float = 0.0) -> dict[str, Any]:
+                 jobs_dispatch_failed: int = 0, uptime_s: float = 0.0,
+                 group_sums: Mapping[tuple[str, str], tuple[int, ...]] | None = None) -> dict[str, Any]:
     """``h.metrics()``: ``core`` is ``SchedulerCore.metrics()``, ``records`` the fleet's node
     records, ``jobs`` ``JobRunner.metrics()`` (None: no job runner), ``pools`` the configured pool
     names, ``spare_targets`` pool -> hot-spare target, ``bundle_pools`` bundle id -> its pool (for
     the broken ones' per-pool lists), the dispatch failures of tasks and of jobs, ``uptime_s``.
-    Negative dispatch counts are read as 0; every figure of ``core`` and ``jobs`` is kept."""
+    Negative dispatch counts are read as 0; every figure of ``core`` and ``jobs`` is kept.
+    ``group_sums`` (``FleetView.group_sums``), when given, stands for ``records``: the same per-pool
+    figures, already summed."""
     tasks_failed, jobs_failed = max(0, int(tasks_dispatch_failed)), max(0, int(jobs_dispatch_failed))
     dispatch_failed = tasks_failed + jobs_failed
     jobs = dict(jobs or {})
@@ -93,7 +105,7 @@ def metrics_view(core: Mapping[str, Any], records: Iterable[NodeRecord], *, jobs
     by_pool: dict[str, list[str]] = {}
     for bundle_id in broken:
         by_pool.setdefault((bundle_pools or {}).get(bundle_id, default_pool), []).append(bundle_id)
-    m["pools"] = _pools_view(records, pools, default_pool, spare_targets or {}, by_pool)
+    m["pools"] = _pools_view(records, pools, default_pool, spare_targets or {}, by_pool, group_sums)
     m["tiers"] = {tier: dict(t) for tier, t in (core.get("tiers") or {}).items()}
     m["fallbacks"] = int(core.get("fallbacks", 0))
     m["uptime_s"] = round(float(uptime_s), 3)

@@ -17,13 +17,12 @@ from fabric.core.tiers import TIERS_BEST_FIRST
 def core_metrics(core: CoreState) -> dict[str, Any]:
     """Counters since start plus gauges computed now: per-tier nodes, running, utilisation."""
     tiers: dict[str, dict[str, Any]] = {}
-    for rec in core.fleet.records():
-        tier = rec.tier.value if rec.tier is not None else "?"
+    for (tier, _pool), (nodes, placeable, running, slots, *_rest) in core.fleet.group_sums().items():
         t = tiers.setdefault(tier, {"nodes": 0, "placeable": 0, "running": 0, "slots": 0})
-        t["nodes"] += 1
-        t["placeable"] += int(rec.placeable)
-        t["running"] += rec.running
-        t["slots"] += rec.slots
+        t["nodes"] += nodes
+        t["placeable"] += placeable
+        t["running"] += running
+        t["slots"] += slots
     for t in tiers.values():
         t["utilization"] = round(t["running"] / t["slots"], 4) if t["slots"] else 0.0
     ordered = {tier.value: tiers[tier.value] for tier in TIERS_BEST_FIRST if tier.value in tiers}

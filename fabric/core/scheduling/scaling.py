@@ -69,14 +69,21 @@ The rules, and the choices made where seed 002 leaves room:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Union
+from typing import Callable, Iterable, Mapping, Protocol, Union
 
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.placement.records import NodeRecord
 from fabric.core.settings import FabricSettings, NodeShape, Pool, PoolTier
 
-PROSPECTIVE_PREFIX = "prospective:"
-"""Node ids of the scheduler's prospective records (``fabric.core.scheduling.provisions``)."""
+from fabric.core.placement.fleet import PROSPECTIVE_PREFIX  # noqa: E402  (node ids of the scheduler's prospective records)
+
+
+class FleetLike(Protocol):
+    """What ``Scaler.observe_changes`` reads of a fleet (``FleetView`` has it)."""
+
+    def get(self, node_id: str) -> NodeRecord | None: ...
+    def records(self) -> list[NodeRecord]: ...
+    def group_sums(self) -> dict[tuple[str, str], tuple[int, ...]]: ...
 
 BURST = "burst"
 HIGH_UTILIZATION = "high_utilization"
@@ -203,30 +210,91 @@ class Scaler:
         raised: dict[str, int] = {}
         for view in views.values():
             for rec, _ in view.records:
-                if _idle(rec):
-                    self.idle_since.setdefault(rec.node_id, now)
-                else:
-                    self.idle_since.pop(rec.node_id, None)
-                out += self._node_high(now, rec, settings, raised)
-        pend = {name: sum(n for (p, _), n in pending.items() if p == name and n > 0) for name in views}
-        for name, view in views.items():
+                out += self._node_step(now, rec, settings, raised)
+        return out + self._pools_step(now, {name: view.utilization() for name, view in views.items()},
+                                      lambda name: views[name], queue_depth, pending, settings, raised)
+
+    def observe_changes(self, now: float, fleet: "FleetLike", changed: Iterable[str], queue_depth: Mapping[str, int],
+                        pending: Mapping[tuple[str, str], int], settings: FabricSettings) -> list[ScalingAction]:
+        """``observe``, reading only what changed: ``fleet`` is the scheduler's ``FleetView`` (its
+        records are resolved: a pool and a pool tier each), ``changed`` the ids of the nodes whose
+        record changed, joined or left since the previous call (every node, the first time). The
+        same actions and windows as ``observe(now, fleet.records(), ...)``: a node's idle and high
+        state moves only with its record, a node already over the line is looked at again every
+        call (its window may fire), a pool's utilisation is the fleet's running sums
+        (``FleetView.group_sums``), and the pool's records are listed only when a pool window
+        acts. What a call costs is what changed, not the fleet."""
+        sc = settings.scaling
+        if not sc.enabled:
+            self.reset()
+            return []
+        names = [p.name for p in settings.pools]
+        order = {name: i for i, name in enumerate(names)}
+        for d2 in (self.burst_since, self.pool_high_since, self.low_since):
+            for pool_name in [p for p in d2 if p not in order]:
+                del d2[pool_name]
+        for key in [k for k in self.last_group if k[0] not in order]:
+            del self.last_group[key]
+        looked: list[tuple[int, str, NodeRecord]] = []
+        for nid in set(changed) | set(self.node_high_since):
+            rec = fleet.get(nid)
+            if rec is None or rec.pool not in order or nid.startswith(PROSPECTIVE_PREFIX):
+                self.idle_since.pop(nid, None)
+                self.node_high_since.pop(nid, None)
+                continue
+            looked.append((order[rec.pool], nid, rec))
+        out: list[ScalingAction] = []
+        raised: dict[str, int] = {}
+        for _, _, rec in sorted(looked, key=lambda t: (t[0], t[1])):
+            out += self._node_step(now, rec, settings, raised)
+        work: dict[str, list[int]] = {name: [0, 0] for name in names}
+        for (_tier, pool), figures in fleet.group_sums().items():
+            if pool in work:
+                work[pool][0] += figures[7]
+                work[pool][1] += figures[8]
+        views: dict[str, _PoolView] = {}
+
+        def view(name: str) -> _PoolView:
+            if not views:
+                views.update(self._views(fleet.records(), settings))
+            return views[name]
+
+        utils = {name: (running / slots if slots else None) for name, (running, slots) in work.items()}
+        return out + self._pools_step(now, utils, view, queue_depth, pending, settings, raised)
+
+    def _node_step(self, now: float, rec: NodeRecord, settings: FabricSettings, raised: dict[str, int]) -> list[ScalingAction]:
+        """One node's idle mark and vertical window."""
+        if _idle(rec):
+            self.idle_since.setdefault(rec.node_id, now)
+        else:
+            self.idle_since.pop(rec.node_id, None)
+        return self._node_high(now, rec, settings, raised)
+
+    def _pools_step(self, now: float, utils: Mapping[str, float | None], view: Callable[[str], "_PoolView"],
+                    queue_depth: Mapping[str, int], pending: Mapping[tuple[str, str], int], settings: FabricSettings,
+                    raised: dict[str, int]) -> list[ScalingAction]:
+        """Each pool's burst, high and low windows (settings order); ``view(name)`` lists a pool's
+        records, asked for only when a window acts."""
+        sc = settings.scaling
+        out: list[ScalingAction] = []
+        pend = {name: sum(n for (p, _), n in pending.items() if p == name and n > 0) for name in utils}
+        for name, util in utils.items():
             depth = queue_depth.get(name, 0)
-            util = view.utilization()
             if depth > sc.burst_queue_depth:
                 out += self._window(self.burst_since, name, now, sc.burst_window_s,
-                                    lambda: self._grow(now, view, BURST, settings, raised, pend, pending))
+                                    lambda: self._grow(now, view(name), BURST, settings, raised, pend, pending))
             else:
                 self.burst_since.pop(name, None)
             if util is not None and util > sc.high_utilization:
                 out += self._window(self.pool_high_since, name, now, sc.high_window_s,
-                                    lambda: self._grow(now, view, HIGH_UTILIZATION, settings, raised, pend, pending))
+                                    lambda: self._grow(now, view(name), HIGH_UTILIZATION, settings, raised, pend, pending))
             else:
                 self.pool_high_since.pop(name, None)
             if util is not None and util < sc.low_utilization and depth <= 0 and pend[name] == 0:
                 start = self.low_since.setdefault(name, now)
                 if now - start >= sc.low_window_s:
                     self.low_since[name] = now
-                    out += self._scale_down(view)
+                    out += self._scale_down(view(name))
             else:
                 self.low_since.pop(name, None)
         return out

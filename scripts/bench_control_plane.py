@@ -1,0 +1,623 @@
+#!/usr/bin/env python
+"""Benchmark the control plane at fleet scale: the real registry, health monitor and scheduler
+actors on a local Ray, fed by thousands of simulated nodes (issue 22).
+
+What runs is production code: ``RegistryActor``, ``HealthMonitorActor`` and ``SchedulerActor``,
+the classes ``fabric.up()`` starts, with the options it starts them with (on the head, no CPU).
+What is simulated is the fleet: its rows of Ray's node table (``fabric.testing.sim_fleet``:
+``SimRayAdapter``, the actors' own Ray seam with the simulated rows beside Ray's) and its probes.
+``--procs`` simulator processes (at least two), each its own Ray driver, make for every node the
+calls its probe actor would: ``register`` once, ``heartbeat`` with a load every
+``heartbeat_interval_s`` (each node at its own phase), ``report`` every ``reprobe_interval_s``;
+payloads are the bundled probe recordings probed as on a real node. No call exists only for the
+benchmark.
+
+Each fleet size (``--sizes``, default 1,000, 5,000, 10,000; the fleet grows from one size to the
+next) is measured over ``--window`` seconds, while:
+
+- churn: 1 % of the fleet a minute, split evenly over join (a new node: a row, then its probe
+  registers), leave (its row dies, its probe stops), degrade (a report with a degradation; the next
+  re-probe is clean again) and flap (its probe goes quiet past ``offline_after_s``, then beats again);
+- placement: ``select_worker`` at a fixed ``--rate`` (default 200/s), each timed from the call to
+  its answer;
+- lag: ``--markers`` nodes at a time carry a utilisation step in their next regular heartbeat; the
+  lag is from that heartbeat's sending to the scheduler's fleet view showing the new load
+  (``fleet_node``, polled every 10 ms).
+
+Per size it reports: ``heartbeats_per_s`` (acknowledged by the registry), lag p50/p99, the
+scheduler's tick p50/p99 (``loop_stats``: its own loop, timed), placement p50/p99, RSS per actor and
+in all, CPU seconds per actor over the window (by pid; the simulator's own apart), and
+``cpu_s_per_node_hour``: the three actors' CPU seconds per node per hour. A size is sustained when
+its lag p99 stays under one heartbeat interval. With ``--search`` (and time left in ``--budget``)
+the fleet then grows past the largest size by doubling, then bisects, for ``largest_sustained``.
+
+Usage: scripts/bench_control_plane.py [--sizes 1000,5000,10000] [--window 60] [--heartbeat 5]
+       [--procs 2] [--rate 200] [--search] [--budget 1500] [--soak SECONDS] [--json]
+With ``--json`` the last line is ``{"sizes": {"1000": {...}, ...}, "largest_sustained": N, ...}``.
+Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import json
+import multiprocessing as mp
+import os
+import queue
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SETTLE_S = 10.0
+"""After a fleet grows: let registrations and the first heartbeats settle before measuring."""
+MAX_INFLIGHT = 256
+"""Calls one simulator process keeps in flight at most (more waits: it fell behind)."""
+
+
+def log(*parts: Any) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# -- the simulator's processes ---------------------------------------------------------------------------
+class SimNodes:
+    """One simulator process's nodes: what their probes would send, on their schedules."""
+
+    def __init__(self, registry: Any, interval: float, reprobe: float, out: Any) -> None:
+        self.registry, self.interval, self.reprobe, self.out = registry, interval, reprobe, out
+        self.caps: dict[str, dict] = {}
+        self.load: dict[str, float] = {}
+        self.registered: set[str] = set()
+        self.quiet_until: dict[str, float] = {}
+        self.degraded: dict[str, tuple[str, ...]] = {}
+        self.next_report: dict[str, float] = {}
+        self.steps: dict[str, float] = {}
+        self.heap: list[tuple[float, str]] = []
+        self.inflight = 0
+        self.counts = {"beats": 0, "acked": 0, "failed": 0, "registered": 0, "reports": 0, "late": 0}
+        self.errors: list[str] = []
+        self.rnd = random.Random(os.getpid())
+
+    def add(self, nodes: list[tuple[str, dict]]) -> None:
+        now = time.monotonic()
+        for node_id, caps in nodes:
+            self.caps[node_id] = caps
+            self.load[node_id] = self.rnd.uniform(5, 95)
+            self.next_report[node_id] = now + self.rnd.uniform(0, self.reprobe)
+            heapq.heappush(self.heap, (now + self.rnd.uniform(0, self.interval), node_id))
+
+    def command(self, cmd: tuple) -> None:
+        kind, node_id = cmd[0], cmd[1] if len(cmd) > 1 else None
+        if kind == "add":
+            self.add(cmd[1])
+        elif kind == "leave":
+            self.caps.pop(node_id, None)
+        elif kind == "degrade" and node_id in self.caps:
+            self.degraded[node_id] = ("hardware encoder lost (simulated)",)
+            self.next_report[node_id] = 0.0
+        elif kind == "flap" and node_id in self.caps:
+            self.quiet_until[node_id] = time.monotonic() + cmd[2]
+        elif kind == "step" and node_id in self.caps:
+            self.steps[node_id] = cmd[2]
+
+    async def _call(self, what: str, ref: Any, node_id: str, sent: float, step: float | None) -> None:
+        try:
+            await ref
+            self.counts["acked" if what == "beat" else what] += 1
+            if what == "registered":
+                self.registered.add(node_id)
+            if step is not None:
+                self.out.put(("stepped", node_id, step, sent))
+        except Exception as exc:  # a refused or lost call: the next beat retries, as a probe's does
+            self.counts["failed"] += 1
+            if len(self.errors) < 5:
+                self.errors.append(f"{what} {node_id[:12]}: {type(exc).__name__}: {str(exc)[:200]}")
+            if what == "registered":
+                self.registered.discard(node_id)
+        finally:
+            self.inflight -= 1
+
+    def _send(self, node_id: str, now: float) -> None:
+        caps = self.caps[node_id]
+        step = self.steps.pop(node_id, None)
+        load = step if step is not None else min(100.0, max(0.0, self.load[node_id] + self.rnd.uniform(-8, 8)))
+        self.load[node_id] = load
+        util = {"cpu_percent": round(load, 3), "memory_percent": 40.0, "gpus": ()}
+        sent = time.time()
+        self.inflight += 1
+        if node_id not in self.registered:
+            self.registered.add(node_id)  # one registration in flight; a refusal takes it back
+            ref, what = self.registry.register.remote(node_id, caps, util), "registered"
+        elif now >= self.next_report[node_id]:
+            self.next_report[node_id] = now + self.reprobe
+            degraded = list(self.degraded.pop(node_id, ()))
+            ref, what = self.registry.report.remote(node_id, caps, degraded, util), "reports"
+        else:
+            ref, what = self.registry.heartbeat.remote(node_id, util), "beat"
+            self.counts["beats"] += 1
+        asyncio.ensure_future(self._call(what, ref, node_id, sent, step))
+
+    async def run(self, commands: Any) -> None:
+        while True:
+            while True:
+                try:
+                    cmd = commands.get_nowait()
+                except queue.Empty:
+                    break
+                if cmd[0] == "stop":
+                    return
+                if cmd[0] == "stats":
+                    import resource
+
+                    ru = resource.getrusage(resource.RUSAGE_SELF)
+                    self.out.put(("stats", os.getpid(), dict(self.counts), list(self.errors), ru.ru_utime + ru.ru_stime,
+                                  len(self.caps)))
+                    continue
+                self.command(cmd)
+            now = time.monotonic()
+            while self.heap and self.heap[0][0] <= now and self.inflight < MAX_INFLIGHT:
+                due, node_id = heapq.heappop(self.heap)
+                if node_id not in self.caps:
+                    continue  # it left
+                if now - due > self.interval:
+                    self.counts["late"] += 1
+                heapq.heappush(self.heap, (max(due + self.interval, now), node_id))
+                if self.quiet_until.get(node_id, 0.0) > now:
+                    continue  # flapping: its probe is quiet
+                self._send(node_id, now)
+            await asyncio.sleep(0.005)
+
+
+def sim_process(address: str, interval: float, reprobe: float, commands: Any, out: Any) -> None:
+    import ray
+
+    from fabric.core.names import NAMESPACE, REGISTRY
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    registry = ray.get_actor(REGISTRY, namespace=NAMESPACE)
+    sim = SimNodes(registry, interval, reprobe, out)
+    out.put(("ready", os.getpid()))
+    asyncio.run(sim.run(commands))
+    ray.shutdown()
+
+
+# -- the driver -------------------------------------------------------------------------------------------
+class Bench:
+    def __init__(self, args: argparse.Namespace, folder: Path) -> None:
+        import ray
+
+        from fabric.core.names import NAMESPACE
+        from fabric.core.settings import FabricSettings
+        from fabric.testing.sim_fleet import SimNodeTable
+
+        self.args, self.folder = args, folder
+        self.settings = FabricSettings.load({
+            "health": {"heartbeat_interval_s": args.heartbeat, "offline_after_s": 3 * args.heartbeat,
+                       "reprobe_interval_s": args.reprobe},
+            "store": {"url": f"sqlite:///{folder / 'store'}"},
+            "api": {"enabled": False},
+        })
+        self.table_path = folder / "sim-nodes.pickle"
+        self.table = SimNodeTable(self.table_path)
+        self.rows: dict[str, Any] = {}
+        self.table.write({})
+        ray.init(num_cpus=2, namespace=NAMESPACE, include_dashboard=False,
+                 logging_level="ERROR", log_to_driver=False)
+        self.address = ray.get_runtime_context().gcs_address
+        self.owner: dict[str, int] = {}
+        self.next_index = 0
+        self.procs: list[Any] = []
+        self.commands: list[Any] = []
+        self.out: Any = None
+        self.lock = threading.Lock()
+        self.dirty = False
+
+    # -- bring-up -----------------------------------------------------------------------------------
+    def start_actors(self) -> None:
+        import ray
+
+        from actors.fleet_feed import FleetFeed
+        from actors.health import HealthMonitorActor
+        from actors.registry import RegistryActor
+        from actors.scheduler import SchedulerActor
+        from fabric.core.names import HEAD_RESOURCE, HEALTH, NAMESPACE, REGISTRY, SCHEDULER
+        from fabric.rayio.scheduler_client import SchedulerClient
+        from fabric.store.paths import configured_store_paths
+        from fabric.testing.sim_fleet import SimRayAdapter
+
+        opts = dict(namespace=NAMESPACE, num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)
+        as_dict = self.settings.model_dump(mode="json")
+        paths = configured_store_paths(self.settings)
+        adapter = SimRayAdapter(self.table_path)
+        self.registry = RegistryActor.options(name=REGISTRY, **opts).remote(str(paths.nodes), adapter)
+        ray.get(self.registry.ping.remote(), timeout=120)
+        self.health = HealthMonitorActor.options(name=HEALTH, **opts).remote(as_dict, adapter)
+        ray.get(self.health.ready.remote(), timeout=120)
+        feed = FleetFeed(self.settings, SimRayAdapter(self.table_path))
+        self.sched_handle = SchedulerActor.options(name=SCHEDULER, **opts).remote(as_dict, feed=feed)
+        self.sched = SchedulerClient(self.sched_handle, lambda ref, timeout: ray.get(ref, timeout=timeout or 60))
+        self.sched.ping()
+        self.pids = {"registry": ray.get(self.registry.ping.remote())["pid"],
+                     "health": ray.get(self.health.status.remote())["pid"], "scheduler": self.sched.pid()}
+        log(f"actors up: {self.pids}")
+
+    def start_sims(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.out = ctx.Queue()
+        for _ in range(self.args.procs):
+            q = ctx.Queue()
+            p = ctx.Process(target=sim_process, args=(self.address, self.args.heartbeat, self.args.reprobe, q, self.out),
+                            daemon=True)
+            p.start()
+            self.procs.append(p)
+            self.commands.append(q)
+        ready = 0
+        while ready < len(self.procs):
+            msg = self.out.get(timeout=120)
+            ready += msg[0] == "ready"
+        self.listener = threading.Thread(target=self._listen, daemon=True)
+        self.stepped: dict[str, tuple[float, float]] = {}
+        self.stats_in: list[tuple] = []
+        self.listener.start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                msg = self.out.get()
+            except (EOFError, OSError):
+                return
+            if msg[0] == "stepped":
+                with self.lock:
+                    self.stepped[msg[1]] = (msg[2], msg[3])
+            elif msg[0] == "stats":
+                with self.lock:
+                    self.stats_in.append(msg)
+
+    # -- the fleet ----------------------------------------------------------------------------------
+    def grow(self, count: int) -> None:
+        from fabric.testing.sim_fleet import fleet_payloads
+
+        made = fleet_payloads(count, start=self.next_index)
+        self.next_index += count
+        per: list[list[tuple[str, dict]]] = [[] for _ in self.procs]
+        with self.lock:
+            for node_id, _name, _profile, caps, row in made:
+                self.rows[node_id] = row
+                k = hash(node_id) % len(self.procs)
+                self.owner[node_id] = k
+                per[k].append((node_id, caps))
+            self.table.write(self.rows)
+        for k, nodes in enumerate(per):
+            for i in range(0, len(nodes), 500):
+                self.commands[k].put(("add", nodes[i:i + 500]))
+
+    def leave(self, node_id: str) -> None:
+        from dataclasses import replace
+
+        self.commands[self.owner[node_id]].put(("leave", node_id))
+        with self.lock:
+            self.rows[node_id] = replace(self.rows[node_id], alive=False)
+            self.dirty = True
+
+    def alive_ids(self) -> list[str]:
+        return [n for n, r in self.rows.items() if r.alive]
+
+    def flush_table(self) -> None:
+        with self.lock:
+            if self.dirty:
+                self.table.write(self.rows)
+                self.dirty = False
+
+    def wait_registered(self, want: int, timeout_s: float) -> int:
+        """Until the scheduler's fleet view holds ``want`` nodes (or the time is up): how many it holds."""
+        t_end = time.monotonic() + timeout_s
+        n = 0
+        while time.monotonic() < t_end:
+            n = self.sched.loop_stats()["fleet"]
+            if n >= want:
+                break
+            time.sleep(1.0)
+        return n
+
+    # -- one measured window ------------------------------------------------------------------------
+    def churn(self, stop: threading.Event, counts: dict[str, int]) -> None:
+        """1 % of the fleet a minute, evenly over join, leave, degrade and flap."""
+        rnd = random.Random(7)
+        kinds = ["join", "leave", "degrade", "flap"]
+        i = 0
+        while not stop.is_set():
+            alive = self.alive_ids()
+            per_s = 0.01 * len(alive) / 60.0
+            if stop.wait(1.0 / max(per_s, 1e-3)):
+                break
+            kind = kinds[i % 4]
+            i += 1
+            counts[kind] += 1
+            if kind == "join":
+                self.grow(1)
+            elif kind == "leave":
+                self.leave(rnd.choice(alive))
+                self.flush_table()
+            elif kind == "degrade":
+                node_id = rnd.choice(alive)
+                self.commands[self.owner[node_id]].put(("degrade", node_id))
+            else:
+                node_id = rnd.choice(alive)
+                self.commands[self.owner[node_id]].put(("flap", node_id, 3.5 * self.args.heartbeat))
+
+    def placements(self, stop: threading.Event, latencies: list[float], errors: list[str]) -> None:
+        from fabric.core.placement import Requirement
+
+        reqs = [Requirement(min_tier="cpu_ffmpeg"), Requirement(min_tier="gpu_cuda", fallback=True),
+                Requirement(min_tier="gpu_vaapi", fallback=True), Requirement(min_tier="gpu_apu", fallback=True)]
+        period = 1.0 / self.args.rate
+
+        async def one(req: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                await self.sched_handle.select_worker.remote(req)
+                latencies.append((time.perf_counter() - t0) * 1e3)
+            except Exception as exc:
+                if len(errors) < 5:
+                    errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+        async def run() -> None:
+            t_next, k, pending = time.perf_counter(), 0, set()
+            while not stop.is_set():
+                t_next += period
+                task = asyncio.ensure_future(one(reqs[k % len(reqs)]))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                k += 1
+                await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
+            if pending:
+                await asyncio.wait(pending, timeout=30)
+
+        asyncio.run(run())
+
+    def lags(self, stop: threading.Event, lags: list[float], missed: list[str]) -> None:
+        """``--markers`` nodes at a time carry a load step; each is timed until the scheduler shows it."""
+        rnd = random.Random(11)
+        watching: dict[str, float] = {}
+        asked: dict[str, float] = {}
+        while not stop.is_set():
+            now = time.monotonic()
+            while len(watching) + len(asked) < self.args.markers:
+                alive = self.alive_ids()
+                node_id = rnd.choice(alive)
+                if node_id in watching or node_id in asked:
+                    continue
+                value = rnd.choice([3.0, 97.0]) + rnd.uniform(0, 1)
+                self.commands[self.owner[node_id]].put(("step", node_id, value))
+                asked[node_id] = now
+            with self.lock:
+                for node_id in list(asked):
+                    got = self.stepped.pop(node_id, None)
+                    if got is not None:
+                        watching[node_id] = got[1]
+                        asked[node_id] = -1
+                        del asked[node_id]
+                        self._want = getattr(self, "_want", {})
+                        self._want[node_id] = got[0] / 100.0
+                    elif now - asked[node_id] > 4 * self.args.heartbeat:
+                        missed.append(node_id)  # its heartbeat never went out (left, flapping)
+                        del asked[node_id]
+            for node_id, sent in list(watching.items()):
+                rec = self.sched.fleet_node(node_id)
+                if rec is not None and abs(rec.utilization - self._want[node_id]) < 0.005:
+                    lags.append(time.time() - sent)
+                    del watching[node_id]
+                elif time.time() - sent > 10 * self.args.heartbeat:
+                    missed.append(node_id)
+                    del watching[node_id]
+            stop.wait(0.01)
+
+    def usage(self) -> dict[str, tuple[float, int]]:
+        import psutil
+
+        out = {}
+        for name, pid in self.pids.items():
+            try:
+                p = psutil.Process(pid)
+                t = p.cpu_times()
+                out[name] = (t.user + t.system, p.memory_info().rss)
+            except psutil.Error:
+                out[name] = (0.0, 0)
+        return out
+
+    def sim_stats(self) -> list[tuple]:
+        with self.lock:
+            self.stats_in.clear()
+        for q in self.commands:
+            q.put(("stats",))
+        t_end = time.monotonic() + 30
+        while time.monotonic() < t_end:
+            with self.lock:
+                if len(self.stats_in) >= len(self.commands):
+                    return list(self.stats_in)
+            time.sleep(0.05)
+        raise RuntimeError("a simulator process did not answer")
+
+    def measure(self, size: int) -> dict[str, Any]:
+        window = self.args.window
+        counts = {"join": 0, "leave": 0, "degrade": 0, "flap": 0}
+        lat: list[float] = []
+        lag: list[float] = []
+        missed: list[str] = []
+        errors: list[str] = []
+        before_sim = {s[1]: s for s in self.sim_stats()}
+        before = self.usage()
+        self.sched.loop_stats(reset=True)
+        stop = threading.Event()
+        threads = [threading.Thread(target=self.churn, args=(stop, counts), daemon=True),
+                   threading.Thread(target=self.placements, args=(stop, lat, errors), daemon=True),
+                   threading.Thread(target=self.lags, args=(stop, lag, missed), daemon=True)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        while time.monotonic() - t0 < window:
+            time.sleep(min(5.0, window - (time.monotonic() - t0)) if window > time.monotonic() - t0 else 0)
+            self.flush_table()
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        elapsed = time.monotonic() - t0
+        after = self.usage()
+        after_sim = {s[1]: s for s in self.sim_stats()}
+        loop = self.sched.loop_stats()
+        acked = sum(after_sim[p][2]["acked"] - before_sim[p][2]["acked"] for p in after_sim)
+        late = sum(after_sim[p][2]["late"] - before_sim[p][2]["late"] for p in after_sim)
+        failed = sum(after_sim[p][2]["failed"] - before_sim[p][2]["failed"] for p in after_sim)
+        sim_cpu = sum(after_sim[p][4] - before_sim[p][4] for p in after_sim)
+        sim_errors = [e for s in after_sim.values() for e in s[3]][:5]
+        cpu = {k: round(after[k][0] - before[k][0], 2) for k in self.pids}
+        rss = {k: round(after[k][1] / 2**20, 1) for k in self.pids}
+        nodes = len(self.alive_ids())
+        cp_cpu = sum(cpu.values())
+        lag_p99 = pct(lag, 0.99)
+        r = {
+            "nodes": nodes, "fleet_in_scheduler": loop["fleet"], "window_s": round(elapsed, 1),
+            "heartbeats_per_s": round(acked / elapsed, 1), "heartbeats_expected_per_s": round(nodes / self.args.heartbeat, 1),
+            "heartbeats_late": late, "calls_failed": failed,
+            "lag_p50_s": _r(pct(lag, 0.5)), "lag_p99_s": _r(lag_p99), "lag_samples": len(lag), "lag_missed": len(missed),
+            "tick_p50_ms": loop["tick_p50_ms"], "tick_p99_ms": loop["tick_p99_ms"], "tick_max_ms": loop["tick_max_ms"],
+            "ticks": loop["window"],
+            "placement_p50_ms": _r(pct(lat, 0.5)), "placement_p99_ms": _r(pct(lat, 0.99)), "placements": len(lat),
+            "placements_per_s": round(len(lat) / elapsed, 1), "placement_errors": errors[:3],
+            "rss_mib": {**rss, "total": round(sum(rss.values()), 1)},
+            "cpu_s": {**cpu, "total": round(cp_cpu, 2), "simulator": round(sim_cpu, 2)},
+            "cpu_s_per_node_hour": round(cp_cpu / max(nodes, 1) * 3600.0 / elapsed, 3),
+            "churn": counts, "sim_errors": sim_errors,
+        }
+        r["sustained"] = lag_p99 is not None and lag_p99 <= self.args.heartbeat and not missed_too_many(missed, lag)
+        return r
+
+    def run_size(self, size: int) -> dict[str, Any]:
+        have = len(self.alive_ids())
+        if size > have:
+            t0 = time.monotonic()
+            self.grow(size - have)
+            got = self.wait_registered(size, timeout_s=max(120.0, size / 20))
+            log(f"  {size} nodes: {got} in the scheduler's view after {time.monotonic() - t0:.0f} s")
+        time.sleep(SETTLE_S)
+        r = self.measure(size)
+        log(f"  {size:>6} nodes: {r['heartbeats_per_s']:>7.0f} beats/s (of {r['heartbeats_expected_per_s']:.0f})  "
+            f"lag p50/p99 {_s(r['lag_p50_s'])}/{_s(r['lag_p99_s'])} s  tick p50/p99 {r['tick_p50_ms']}/{r['tick_p99_ms']} ms  "
+            f"placement p50/p99 {_s(r['placement_p50_ms'])}/{_s(r['placement_p99_ms'])} ms  rss {r['rss_mib']['total']} MiB  "
+            f"cpu {r['cpu_s']['total']} s (sim {r['cpu_s']['simulator']} s)  {'sustained' if r['sustained'] else 'NOT sustained'}")
+        return r
+
+    def close(self) -> None:
+        import ray
+
+        for q in self.commands:
+            try:
+                q.put(("stop",))
+            except Exception:
+                pass
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+        for h in (getattr(self, "sched_handle", None), getattr(self, "health", None), getattr(self, "registry", None)):
+            if h is not None:
+                try:
+                    ray.kill(h, no_restart=True)
+                except Exception:
+                    pass
+        ray.shutdown()
+
+
+def missed_too_many(missed: list[str], lag: list[float]) -> bool:
+    """More than a tenth of the steps never showed: the lag figure would hide them."""
+    return len(missed) > 0.1 * max(1, len(missed) + len(lag))
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,5000,10000", help="fleet sizes, ascending, comma-separated")
+    ap.add_argument("--window", type=float, default=60.0, help="seconds measured per size")
+    ap.add_argument("--heartbeat", type=float, default=5.0, help="heartbeat interval (s)")
+    ap.add_argument("--reprobe", type=float, default=300.0, help="re-probe (report) interval (s)")
+    ap.add_argument("--procs", type=int, default=2, help="simulator processes (at least 2)")
+    ap.add_argument("--rate", type=float, default=200.0, help="placement requests per second")
+    ap.add_argument("--markers", type=int, default=4, help="load steps in flight at a time (the lag's samples)")
+    ap.add_argument("--search", action="store_true", help="grow past the largest size for largest_sustained")
+    ap.add_argument("--budget", type=float, default=1500.0, help="seconds for the whole run (the search stops at it)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.procs < 2:
+        ap.error("--procs: at least 2 simulator processes")
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    t_start = time.monotonic()
+    folder = Path(tempfile.mkdtemp(prefix="bench-control-plane-"))
+    results: dict[str, Any] = {}
+    bench = Bench(args, folder)
+    try:
+        bench.start_actors()
+        bench.start_sims()
+        for size in sizes:
+            results[str(size)] = bench.run_size(size)
+        sustained = [int(k) for k, r in results.items() if r["sustained"]]
+        largest = max(sustained) if sustained else 0
+        not_measured = None
+        if args.search and largest == max(sizes):
+            lo, hi = largest, None
+            per_size = (time.monotonic() - t_start) / max(1, len(sizes))
+            while time.monotonic() - t_start + 2 * per_size < args.budget:
+                size = hi and (lo + hi) // 2 or lo * 2
+                if hi is not None and hi - lo <= max(500, lo // 10):
+                    break
+                if size < len(bench.alive_ids()):
+                    break  # a fleet does not shrink here: the bisection stops at the fleet it has
+                r = bench.run_size(size)
+                results[str(size)] = r
+                if r["sustained"]:
+                    lo = size
+                else:
+                    hi = size
+            largest = lo
+            if hi is None:
+                not_measured = "the time budget ended before a size failed: largest_sustained is a lower bound"
+    finally:
+        bench.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    doc = {"sizes": results, "largest_sustained": largest, "heartbeat_interval_s": args.heartbeat,
+           "placement_rate_per_s": args.rate, "window_s": args.window, "simulator_procs": args.procs,
+           "run_s": round(time.monotonic() - t_start, 1)}
+    if not_measured:
+        doc["not_measured"] = not_measured
+    print(f"largest fleet sustained (lag p99 <= {args.heartbeat} s): {largest}")
+    if args.json:
+        print(json.dumps(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
