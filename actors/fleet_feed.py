@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.names import REGISTRY, TIER_LABEL
 from fabric.core.placement import NodeRecord
-from fabric.core.records import ChangePage, FeedSnapshot, RegistryRecord
+from fabric.core.records import LOAD_CHANGE_MIN, ChangePage, FeedSnapshot, RegistryRecord
 from fabric.core.settings import FabricSettings
 from fabric.core.tiers import ComputeTier
 from fabric.rayio.adapter import RayAdapter
@@ -72,7 +72,7 @@ def diff_node(node_id: str, old: NodeRecord | None, new: NodeRecord | None, caus
     # One C-level read of each record's facts; a fact held by the very same object is unchanged
     # (capabilities, mostly: comparing a model to itself would walk it).
     changed = {f: x for f, x, y in zip(_FACT_FIELDS, _facts(new), _facts(old)) if x is not y and x != y}
-    if "utilization" in changed and abs(new.utilization - old.utilization) < 0.05:
+    if "utilization" in changed and abs(new.utilization - old.utilization) < LOAD_CHANGE_MIN:
         del changed["utilization"]  # small load wobble is not worth a fleet change
     changed.pop("last_seen", None)  # heartbeats alone are not a fleet change
     return FleetChange("changed", node_id, new, changed, cause=cause, stimulus_id=stimulus_id) if changed else None

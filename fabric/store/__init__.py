@@ -12,11 +12,20 @@ needs), ``collected`` (the trail of records garbage-collected after their drain 
 (small JSON documents other actors keep here, e.g. the health monitor's flap history), and
 ``schema_version``. A file that is not a SQLite database is moved aside (``*.corrupt-<time>``)
 and a fresh store is started; a file written by a *newer* schema is refused, never clobbered.
+
+The node records are also held in memory (``FabricStore`` is its file's only writer: one registry
+actor): read once when the store opens, kept up to date by every write after it commits, so ``get``
+and ``list`` parse no JSON. Heartbeats may be written behind (``heartbeat_flush_s``): ``touch``
+then changes only the record in memory and ``flush`` writes every record touched since, in one
+transaction. The trade: a store that crashes loses at most the last ``heartbeat_flush_s`` of
+``last_seen`` and load updates; never a registration, status change, cordon or any other write,
+which are written before the call returns, as always.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 import threading
 import time
@@ -25,7 +34,7 @@ from typing import Any, Callable, Iterable
 
 from fabric.core.errors import FabricError
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.records import RegistryRecord
+from fabric.core.records import RegistryRecord, Utilization
 
 __all__ = ["FabricStore", "StoreError", "SCHEMA_VERSION"]
 
@@ -53,6 +62,13 @@ _UPSERT = ("INSERT INTO nodes(node_id, name, status, last_seen, record) VALUES (
            "ON CONFLICT(node_id) DO UPDATE SET name=excluded.name, status=excluded.status, "
            "last_seen=excluded.last_seen, record=excluded.record")
 _PUT_JSON = "INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
+_COLLECT = "INSERT OR REPLACE INTO collected(node_id, name, collected_at, record) VALUES (?,?,?,?)"
+_by_name = operator.attrgetter("name", "node_id")
+
+
+def _row(record: RegistryRecord) -> tuple[Any, ...]:
+    """The ``nodes`` row of ``record`` (the parameters of ``_UPSERT``)."""
+    return (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json())
 
 
 class StoreError(FabricError):
@@ -107,15 +123,34 @@ def open_or_move_aside(path: Path, opener: Callable[[], sqlite3.Connection]) -> 
 
 
 class FabricStore:
-    """Node records in SQLite (WAL). Thread-safe for the few calls an actor makes; every write is
-    one short transaction."""
+    """Node records in SQLite (WAL), and in memory. Thread-safe for the few calls an actor makes;
+    every write is one short transaction, and the records in memory change only once it committed.
 
-    def __init__(self, path: str | Path) -> None:
+    ``heartbeat_flush_s``: None (the default), ``touch`` writes at once like every other write; a
+    number of seconds, ``touch`` changes the record in memory only and marks it pending, and the
+    owner calls ``flush`` every that many seconds (``close`` flushes too). Any other write of a
+    record supersedes its pending heartbeat (the record written is the newer one)."""
+
+    def __init__(self, path: str | Path, heartbeat_flush_s: float | None = None) -> None:
+        if heartbeat_flush_s is not None and not heartbeat_flush_s > 0:
+            raise ValueError(f"heartbeat_flush_s must be a positive number of seconds or None, got {heartbeat_flush_s!r}")
         self.path = Path(path)
+        self.heartbeat_flush_s = heartbeat_flush_s
+        """Heartbeats written behind, flushed by the owner every that many seconds (None: at once)."""
         self.recovered_from: Path | None = None
         """Where a corrupt file was moved aside when this store opened, if one was."""
         self._lock = threading.Lock()
+        self._records: dict[str, RegistryRecord] = {}  # node id -> record, as committed (plus pending heartbeats)
+        self._unreadable: dict[str, str] = {}  # node id -> a row's JSON that does not validate (reading it raises, as ever)
+        self._order: list[str] | None = None  # node ids by name then id; None: to sort again
+        self._collected: set[str] = set()
+        self._dirty: set[str] = set()  # node ids whose heartbeat is not written yet
         self._conn, self.recovered_from = open_or_move_aside(self.path, self._open)
+        try:
+            self._load()
+        except BaseException:
+            self._conn.close()
+            raise
 
     # -- opening ----------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -135,6 +170,16 @@ class FabricStore:
             raise
         return conn
 
+    def _load(self) -> None:
+        """Read every node record and collected id into memory, once. A row that does not validate
+        is kept as it is: reading that record raises as it did before the records were cached."""
+        for node_id, text in self._conn.execute("SELECT node_id, record FROM nodes"):
+            try:
+                self._records[node_id] = RegistryRecord.model_validate_json(text)
+            except ValueError:
+                self._unreadable[node_id] = text
+        self._collected = {r[0] for r in self._conn.execute("SELECT node_id FROM collected")}
+
     @property
     def schema_version(self) -> int:
         with self._lock:
@@ -146,25 +191,56 @@ class FabricStore:
             return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0])
 
     def close(self) -> None:
+        """Write the pending heartbeats, then close (the connection closes even when that fails)."""
         with self._lock:
-            self._conn.close()
+            try:
+                self._flush()
+            finally:
+                self._conn.close()
+
+    # -- the records in memory (the lock held) ---------------------------------------------------
+    def _cached(self, node_id: str) -> RegistryRecord | None:
+        record = self._records.get(node_id)
+        if record is None and node_id in self._unreadable:
+            RegistryRecord.model_validate_json(self._unreadable[node_id])  # raises, naming what is wrong
+        return record
+
+    def _put(self, record: RegistryRecord) -> None:
+        """``record`` was written: it is the node's record now, with no heartbeat pending."""
+        before = self._records.get(record.node_id)
+        if before is None or before.name != record.name:
+            self._order = None
+        self._records[record.node_id] = record
+        self._unreadable.pop(record.node_id, None)
+        self._dirty.discard(record.node_id)
+
+    def _gone(self, node_id: str) -> None:
+        """The node's record went to the collected trail."""
+        self._records.pop(node_id, None)
+        self._unreadable.pop(node_id, None)
+        self._dirty.discard(node_id)
+        self._collected.add(node_id)
+        self._order = None
 
     # -- node records --------------------------------------------------------------------------
     def upsert(self, record: RegistryRecord) -> None:
         """Insert or replace the record of ``record.node_id``."""
         with self._lock:
-            self._conn.execute(_UPSERT, (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json()))
+            self._conn.execute(_UPSERT, _row(record))
+            self._put(record)
 
     def get(self, node_id: str) -> RegistryRecord | None:
         with self._lock:
-            row = self._conn.execute("SELECT record FROM nodes WHERE node_id=?", (node_id,)).fetchone()
-        return RegistryRecord.model_validate_json(row[0]) if row else None
+            return self._cached(node_id)
 
     def list(self, statuses: Iterable[NodeStatus] | None = None) -> list[RegistryRecord]:
         """All records (optionally only those in ``statuses``), ordered by name then id."""
         with self._lock:
-            rows = self._conn.execute("SELECT record FROM nodes ORDER BY name, node_id").fetchall()
-        records = [RegistryRecord.model_validate_json(r[0]) for r in rows]
+            if self._unreadable:
+                RegistryRecord.model_validate_json(next(iter(self._unreadable.values())))  # raises, as the listing did
+            if self._order is None:
+                self._order = [r.node_id for r in sorted(self._records.values(), key=_by_name)]
+            records = [self._records[node_id] for node_id in self._order]
         if statuses is not None:
             wanted = set(statuses)
             records = [r for r in records if r.status in wanted]
@@ -172,22 +248,20 @@ class FabricStore:
 
     def collect(self, node_id: str, at: float) -> RegistryRecord | None:
         """Move the record to the ``collected`` trail (status ``dead``); None when unknown."""
-        record = self.get(node_id)
-        if record is None:
-            return None
-        dead = record.model_copy(update={"status": NodeStatus.DEAD, "status_since": at})
         with self._lock:
+            record = self._cached(node_id)
+            if record is None:
+                return None
+            dead = record.model_copy(update={"status": NodeStatus.DEAD, "status_since": at})
             self._conn.execute("BEGIN")
             try:
                 self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO collected(node_id, name, collected_at, record) VALUES (?,?,?,?)",
-                    (node_id, dead.name, at, dead.model_dump_json()),
-                )
+                self._conn.execute(_COLLECT, (node_id, dead.name, at, dead.model_dump_json()))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+            self._gone(node_id)
         return dead
 
     def collected(self) -> list[RegistryRecord]:
@@ -197,7 +271,11 @@ class FabricStore:
 
     def collected_ids(self) -> set[str]:
         with self._lock:
-            return {r[0] for r in self._conn.execute("SELECT node_id FROM collected")}
+            return set(self._collected)
+
+    def was_collected(self, node_id: str) -> bool:
+        """Whether ``node_id`` is on the collected trail (what every registration asks: no copy of the set)."""
+        return node_id in self._collected
 
     def write(self, upserts: Iterable[RegistryRecord] = (), collect: Iterable[tuple[str, float]] = (),
               documents: dict[str, Any] | None = None) -> list[RegistryRecord]:
@@ -208,18 +286,20 @@ class FabricStore:
         docs = {key: json.dumps(value) for key, value in (documents or {}).items()}  # fail before writing
         dead: list[RegistryRecord] = []
         with self._lock:
+            staged: dict[str, RegistryRecord | None] = {}  # what this transaction wrote so far (None: collected)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for record in upserts:
-                    self._conn.execute(_UPSERT, (record.node_id, record.name, record.status.value, record.last_seen, record.model_dump_json()))
+                    self._conn.execute(_UPSERT, _row(record))
+                    staged[record.node_id] = record
                 for node_id, at in collect:
-                    row = self._conn.execute("SELECT record FROM nodes WHERE node_id=?", (node_id,)).fetchone()
-                    if row is None:
+                    held = staged[node_id] if node_id in staged else self._cached(node_id)
+                    if held is None:
                         continue
-                    gone = RegistryRecord.model_validate_json(row[0]).model_copy(update={"status": NodeStatus.DEAD, "status_since": at})
+                    gone = held.model_copy(update={"status": NodeStatus.DEAD, "status_since": at})
                     self._conn.execute("DELETE FROM nodes WHERE node_id=?", (node_id,))
-                    self._conn.execute("INSERT OR REPLACE INTO collected(node_id, name, collected_at, record) VALUES (?,?,?,?)",
-                                       (node_id, gone.name, at, gone.model_dump_json()))
+                    self._conn.execute(_COLLECT, (node_id, gone.name, at, gone.model_dump_json()))
+                    staged[node_id] = None
                     dead.append(gone)
                 for key, value in docs.items():
                     self._conn.execute(_PUT_JSON, (key, value))
@@ -227,30 +307,69 @@ class FabricStore:
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+            for node_id, now in staged.items():
+                if now is None:
+                    self._gone(node_id)
+                else:
+                    self._put(now)
         return dead
 
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of every table, in a stable order: two dumps are equal exactly when the stored
-        state is (tests compare one from before a refused message with one from after)."""
+        state is (tests compare one from before a refused message with one from after). Pending
+        heartbeats are written first."""
         with self._lock:
+            self._flush()
             tables = [r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
             return {t: sorted(self._conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
 
     def touch(self, node_id: str, last_seen: float, utilization: Utilization | None = None) -> RegistryRecord | None:
-        """A heartbeat: update ``last_seen`` (and utilisation); the updated record, None when unknown."""
-        record = self.get(node_id)
-        if record is None:
-            return None
-        update: dict[str, Any] = {"last_seen": max(record.last_seen, last_seen)}
-        if utilization is not None:
-            update["utilization"] = utilization
-        record = record.model_copy(update=update)
-        self.upsert(record)
+        """A heartbeat: update ``last_seen`` (and utilisation); the updated record, None when unknown.
+        Written at once, or (``heartbeat_flush_s``) only marked pending for the next ``flush``."""
+        with self._lock:
+            record = self._cached(node_id)
+            if record is None:
+                return None
+            update: dict[str, Any] = {"last_seen": max(record.last_seen, last_seen)}
+            if utilization is not None:
+                update["utilization"] = utilization
+            record = record.model_copy(update=update)  # the values are validated already: no validation again
+            if self.heartbeat_flush_s is None:
+                self._conn.execute(_UPSERT, _row(record))
+            else:
+                self._dirty.add(node_id)
+            self._records[node_id] = record  # name unchanged: the order holds
         return record
 
-    def last_seen(self) -> dict[str, float]:
-        """Latest heartbeat per node id."""
+    @property
+    def pending_heartbeats(self) -> int:
+        """How many records hold a heartbeat ``flush`` has not written yet."""
+        return len(self._dirty)
+
+    def flush(self) -> int:
+        """Write every pending heartbeat, all in one transaction; how many records it wrote. When
+        it fails they stay pending (the next flush writes them)."""
         with self._lock:
+            return self._flush()
+
+    def _flush(self) -> int:
+        if not self._dirty:
+            return 0
+        rows = [_row(self._records[node_id]) for node_id in self._dirty]
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(_UPSERT, rows)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._dirty.clear()
+        return len(rows)
+
+    def last_seen(self) -> dict[str, float]:
+        """Latest heartbeat per node id (as stored: pending heartbeats are written first)."""
+        with self._lock:
+            self._flush()
             return {r[0]: float(r[1]) for r in self._conn.execute("SELECT node_id, last_seen FROM nodes")}
 
     # -- small documents -------------------------------------------------------------------------
