@@ -18,11 +18,9 @@ uncordon and drain, the reconciliation on start) goes through ``Registry.apply(e
 nothing. Every write that changes a record gets the next number of the registry's change feed
 (``fabric.store.changes.ChangeLog``), with its cause and stimulus id: ``changes(since_seq, epoch)``
 answers a follower with what changed since (cost: the changes, not the fleet), ``snapshot()``
-with everything, to start or resync from. A heartbeat is numbered only when its load moved by
-``LOAD_CHANGE_MIN`` or more from the one last published (``last_seen`` alone, or a small load
-wobble, is no change a follower needs: the scheduler's follower drops those too); the log lives in
-memory with a random epoch per incarnation, so a restarted registry sends its followers back to a
-snapshot.
+with everything, to start or resync from. A heartbeat is numbered only when it brings a new load
+(``last_seen`` alone is no change a follower needs); the log lives in memory with a random epoch
+per incarnation, so a restarted registry sends its followers back to a snapshot.
 
 Heartbeats are the bulk of the traffic (a 5,000-node fleet beating every 5 s sends 1,000 a second),
 so the actor's store writes them behind (``HEARTBEAT_FLUSH_S``): a heartbeat changes the record in
@@ -48,7 +46,7 @@ from fabric.core.events import (NodeAdded, NodeCollected, NodeCordoned, NodeDegr
                                 NodeFlapReleased, NodeLost, NodeUncordoned, event_cause)
 from fabric.core.lifecycle import NodeStatus, check_transition
 from fabric.core.messages import check_joined_tiers, read_events, read_heartbeat, read_registration, read_report
-from fabric.core.records import LIVE_FIELDS, LOAD_CHANGE_MIN, ChangePage, FeedSnapshot, RegistryRecord, Utilization
+from fabric.core.records import ChangePage, FeedSnapshot, RegistryRecord, Utilization
 from fabric.store import FabricStore
 from fabric.store.paths import default_store_path  # noqa: F401 - re-exported where it always was
 from fabric.store.changes import ChangeLog
@@ -122,15 +120,14 @@ class Registry:
 
     def heartbeat(self, node_id: Any, utilization: Any = None) -> float:
         """A heartbeat (with utilisation); the recorded ``last_seen``. Numbered in the change feed
-        only when its load moved by ``LOAD_CHANGE_MIN`` or more from the one last published (the
-        store keeps the exact load either way)."""
+        only when it brings a load other than the one last published."""
         msg = read_heartbeat(node_id, utilization)
         record = self.store.touch(msg.node_id, self.clock(), msg.utilization)
         if record is None:
             raise RegistrationError(f"heartbeat from unregistered node {msg.node_id}", node_id=msg.node_id, field="node_id")
         if msg.utilization is not None:
             published = self.log.published_live(record.node_id)
-            if published is None or _worth_publishing(published, record):
+            if published is None or published["utilization"] != record.utilization:
                 self.log.record(record, "heartbeat load")
         return record.last_seen
 
@@ -372,18 +369,6 @@ def _identity_changed(before: RegistryRecord, after: RegistryRecord) -> bool:
     """Whether a follower needs the whole record: what only a registration or a re-probe changes."""
     return (before.capabilities != after.capabilities or before.name != after.name or before.labels != after.labels
             or before.profile != after.profile or before.registered_at != after.registered_at or before.warm != after.warm)
-
-
-_OTHER_LIVE = tuple(f for f in LIVE_FIELDS if f not in ("utilization", "last_seen"))
-
-
-def _worth_publishing(published: dict[str, Any], record: RegistryRecord) -> bool:
-    """Whether a heartbeat's record is news to a follower, given the live fields last published:
-    its load moved by ``LOAD_CHANGE_MIN`` or more (compared as the follower compares it, by
-    ``Utilization.fraction``), or another live field than the load and ``last_seen`` differs."""
-    if abs(record.utilization.fraction - published["utilization"].fraction) >= LOAD_CHANGE_MIN:
-        return True
-    return any(published[f] != getattr(record, f) for f in _OTHER_LIVE)
 
 
 def _stimulus(what: str) -> str:

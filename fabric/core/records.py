@@ -147,10 +147,8 @@ The others (``node_id``, ``name``, ``capabilities``, ``labels``, ``registered_at
 CHANGE_KINDS = ("record", "update", "collected", "seen")
 
 LOAD_CHANGE_MIN = 0.05
-"""The smallest move of a node's load (``Utilization.fraction``) worth a change: the registry
-publishes a heartbeat's load only when it moved this much from the one last published, and the
-scheduler's follower drops a smaller move of ``NodeRecord.utilization`` (small load wobble is not
-worth a fleet change)."""
+"""The smallest move of a node's load (``NodeRecord.utilization``, a fraction) worth a fleet change:
+the scheduler's follower drops a smaller one (small load wobble)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,7 @@
 ``get`` and ``list`` answer from memory, kept up to date by every write; with ``heartbeat_flush_s``
 a heartbeat changes the record in memory only, and ``flush`` (the owner's timer, ``close``, a read
 of the file) writes every pending one in one transaction. Any other write of a record supersedes
-its pending heartbeat. And the registry publishes a heartbeat's load only when it moved by
-``LOAD_CHANGE_MIN`` or more."""
+its pending heartbeat."""
 
 from __future__ import annotations
 
@@ -12,14 +11,10 @@ import sqlite3
 
 import pytest
 
-from actors.registry import Registry
 from fabric.core.capabilities import NodeCapabilities
-from fabric.core.health import ManualClock
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.records import LOAD_CHANGE_MIN, RegistryRecord, Utilization
+from fabric.core.records import RegistryRecord, Utilization
 from fabric.store import FabricStore
-
-from test_registry import A, FakeRay, caps, view
 
 
 def rec(node_id="n1", name="box", **kw) -> RegistryRecord:
@@ -178,28 +173,3 @@ def test_a_row_that_does_not_validate_still_raises_when_read(tmp_path):
 def test_heartbeat_flush_s_must_be_positive(tmp_path):
     with pytest.raises(ValueError):
         FabricStore(tmp_path / "f.db", heartbeat_flush_s=0)
-
-
-# -- the registry publishes a load only when it moved enough ------------------------------------------------
-@pytest.mark.parametrize("flush_s", [None, 0.5])
-def test_a_small_load_move_is_not_published_but_last_seen_is_kept(tmp_path, flush_s):
-    clock = ManualClock(1000.0)
-    reg = Registry(FabricStore(tmp_path / "fabric.db", heartbeat_flush_s=flush_s), FakeRay(view(A)), clock=clock)
-    reg.register(A, caps(), utilization={"cpu_percent": 50})
-    seq = reg.log.seq
-    clock.advance(5)
-    assert reg.heartbeat(A, {"cpu_percent": 51}) == clock()  # 0.01: a wobble
-    assert reg.log.seq == seq and reg.changes(seq, reg.log.epoch).changes == ()
-    assert reg.store.get(A).last_seen == clock() and reg.store.get(A).utilization.cpu_percent == 51  # the exact load is kept
-    clock.advance(5)
-    reg.heartbeat(A, {"cpu_percent": 50 + 100 * LOAD_CHANGE_MIN - 1})  # still under, from what was published (50)
-    assert reg.log.seq == seq
-    clock.advance(5)
-    reg.heartbeat(A, {"cpu_percent": 71})  # 0.21 from what was published
-    (ch,) = reg.changes(seq, reg.log.epoch).changes
-    assert ch.cause == "heartbeat load" and ch.live["utilization"].cpu_percent == 71 and ch.live["last_seen"] == clock()
-    seq = reg.log.seq
-    clock.advance(5)
-    reg.heartbeat(A, {"cpu_percent": 74})  # 0.03 from 71: not published, though 0.24 from the one before
-    assert reg.log.seq == seq and reg.store.get(A).last_seen == clock()
-    reg.store.close()
