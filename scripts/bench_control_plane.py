@@ -27,13 +27,17 @@ next) is measured over ``--window`` seconds, while:
 Per size it reports: ``heartbeats_per_s`` (acknowledged by the registry), lag p50/p99, the
 scheduler's tick p50/p99 (``loop_stats``: its own loop, timed), placement p50/p99, RSS per actor and
 in all, CPU seconds per actor over the window (by pid; the simulator's own apart), and
-``cpu_s_per_node_hour``: the three actors' CPU seconds per node per hour. A size is sustained when
+``cpu_s_per_node_hour``: the three actors' CPU seconds per node per hour, and
+``registry_cpu_us_per_heartbeat``. Before the sizes, ``ray_floor`` measures what one Ray call of a
+heartbeat's shape costs an actor that does nothing with it (the simulator processes call it at
+1,000/s for ``--floor-s``): the floor under a heartbeat that is one Ray call. A size is sustained when
 its lag p99 stays under one heartbeat interval. With ``--search`` (and time left in ``--budget``)
 the fleet then grows past the largest size by doubling, then bisects, for ``largest_sustained``.
 
 Usage: scripts/bench_control_plane.py [--sizes 1000,5000,10000] [--window 60] [--heartbeat 5]
-       [--procs 2] [--rate 200] [--search] [--budget 1500] [--soak SECONDS] [--json]
-With ``--json`` the last line is ``{"sizes": {"1000": {...}, ...}, "largest_sustained": N, ...}``.
+       [--procs 2] [--rate 200] [--search] [--budget 1500] [--floor-s 10] [--json]
+With ``--json`` the last line is ``{"sizes": {"1000": {...}, ...}, "largest_sustained": N,
+"ray_floor": {...}, ...}``.
 Progress goes to stderr.
 """
 
@@ -115,6 +119,24 @@ class SimNodes:
             self.quiet_until[node_id] = time.monotonic() + cmd[2]
         elif kind == "step" and node_id in self.caps:
             self.steps[node_id] = cmd[2]
+        elif kind == "floor":
+            asyncio.ensure_future(self._floor(cmd[1], cmd[2], cmd[3]))
+
+    async def _floor(self, actor_name: str, rate: float, seconds: float) -> None:
+        """Calls of a heartbeat's shape to a trivial actor (the Ray floor), at ``rate`` for ``seconds``."""
+        import ray
+
+        from fabric.core.names import NAMESPACE
+
+        target = ray.get_actor(actor_name, namespace=NAMESPACE)
+        util = {"cpu_percent": 12.5, "memory_percent": 40.0, "gpus": ()}
+        t, t_end, pending = time.monotonic(), time.monotonic() + seconds, []
+        while time.monotonic() < t_end:
+            t += 1.0 / rate
+            pending.append(asyncio.ensure_future(target.heartbeat.remote("5e" * 28, util)))
+            await asyncio.sleep(max(0.0, t - time.monotonic()))
+        await asyncio.gather(*pending, return_exceptions=True)
+        self.out.put(("floor-done", os.getpid(), len(pending)))
 
     async def _call(self, what: str, ref: Any, node_id: str, sent: float, step: float | None) -> None:
         try:
@@ -286,7 +308,7 @@ class Bench:
             if msg[0] == "stepped":
                 with self.lock:
                     self.stepped[msg[1]] = (msg[2], msg[3])
-            elif msg[0] == "stats":
+            elif msg[0] in ("stats", "floor-done"):
                 with self.lock:
                     self.stats_in.append(msg)
 
@@ -442,18 +464,51 @@ class Bench:
                 out[name] = (0.0, 0)
         return out
 
-    def sim_stats(self) -> list[tuple]:
+    def sim_stats(self, command: tuple = ("stats",), timeout_s: float = 30.0) -> list[tuple]:
         with self.lock:
             self.stats_in.clear()
         for q in self.commands:
-            q.put(("stats",))
-        t_end = time.monotonic() + 30
+            q.put(command)
+        t_end = time.monotonic() + timeout_s
         while time.monotonic() < t_end:
             with self.lock:
                 if len(self.stats_in) >= len(self.commands):
                     return list(self.stats_in)
             time.sleep(0.05)
         raise RuntimeError("a simulator process did not answer")
+
+    def ray_floor(self, rate: float = 1000.0, seconds: float = 10.0) -> dict[str, float]:
+        """What one call costs the actor that takes it, in Ray alone: ``rate`` calls a second of a
+        heartbeat's shape from the simulator processes to an async actor that does nothing (started
+        like the registry: on the head, no CPU), its CPU by pid. The floor under any heartbeat path
+        that is one Ray call a beat."""
+        import psutil
+        import ray
+
+        from fabric.core.names import NAMESPACE
+
+        @ray.remote(num_cpus=0)
+        class Floor:
+            async def heartbeat(self, node_id: str, utilization: dict) -> float:
+                return time.time()
+
+            async def pid(self) -> int:
+                return os.getpid()
+
+        actor = Floor.options(name="bench.floor", namespace=NAMESPACE).remote()
+        proc = psutil.Process(ray.get(actor.pid.remote()))
+        c0 = sum(proc.cpu_times()[:2])
+        t0 = time.monotonic()
+        done = self.sim_stats(("floor", "bench.floor", rate / len(self.commands), seconds), timeout_s=seconds + 120)
+        elapsed = time.monotonic() - t0
+        calls = sum(m[2] for m in done)
+        cpu_us = (sum(proc.cpu_times()[:2]) - c0) / max(1, calls) * 1e6
+        ray.kill(actor)
+        out = {"calls": calls, "calls_per_s": round(calls / elapsed, 1), "actor_cpu_us_per_call": round(cpu_us, 1),
+               "max_calls_per_s_per_core": round(1e6 / cpu_us) if cpu_us else None}
+        log(f"Ray's floor: {out['actor_cpu_us_per_call']} µs of the receiving actor's CPU a call "
+            f"(at most {out['max_calls_per_s_per_core']} calls/s on a whole core)")
+        return out
 
     def measure(self, size: int) -> dict[str, Any]:
         window = self.args.window
@@ -504,6 +559,7 @@ class Bench:
             "rss_mib": {**rss, "total": round(sum(rss.values()), 1)},
             "cpu_s": {**cpu, "total": round(cp_cpu, 2), "simulator": round(sim_cpu, 2)},
             "cpu_s_per_node_hour": round(cp_cpu / max(nodes, 1) * 3600.0 / elapsed, 3),
+            "registry_cpu_us_per_heartbeat": round(cpu["registry"] / max(acked, 1) * 1e6, 1),
             "churn": counts, "sim_errors": sim_errors,
         }
         r["sustained"] = lag_p99 is not None and lag_p99 <= self.args.heartbeat and not missed_too_many(missed, lag)
@@ -569,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markers", type=int, default=4, help="load steps in flight at a time (the lag's samples)")
     ap.add_argument("--search", action="store_true", help="grow past the largest size for largest_sustained")
     ap.add_argument("--budget", type=float, default=1500.0, help="seconds for the whole run (the search stops at it)")
+    ap.add_argument("--floor-s", type=float, default=10.0, help="seconds of the Ray floor measurement (0: skip)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.procs < 2:
@@ -578,10 +635,13 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="bench-control-plane-"))
     results: dict[str, Any] = {}
+    floor = None
+    largest, not_measured = 0, None
     bench = Bench(args, folder)
     try:
         bench.start_actors()
         bench.start_sims()
+        floor = bench.ray_floor(seconds=args.floor_s) if args.floor_s > 0 else None
         for size in sizes:
             results[str(size)] = bench.run_size(size)
         sustained = [int(k) for k, r in results.items() if r["sustained"]]
@@ -608,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.close()
         shutil.rmtree(folder, ignore_errors=True)
-    doc = {"sizes": results, "largest_sustained": largest, "heartbeat_interval_s": args.heartbeat,
+    doc = {"sizes": results, "largest_sustained": largest, "ray_floor": floor, "heartbeat_interval_s": args.heartbeat,
            "placement_rate_per_s": args.rate, "window_s": args.window, "simulator_procs": args.procs,
            "run_s": round(time.monotonic() - t_start, 1)}
     if not_measured:

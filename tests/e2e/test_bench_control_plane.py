@@ -24,7 +24,7 @@ FIELDS = {"nodes", "heartbeats_per_s", "lag_p50_s", "lag_p99_s", "tick_p50_ms", 
 def test_bench_control_plane_measures_each_size_and_prints_one_json_line():
     env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     out = subprocess.run([sys.executable, "scripts/bench_control_plane.py", "--sizes", "150,300", "--window", "12",
-                          "--heartbeat", "2", "--rate", "50", "--json"],
+                          "--heartbeat", "2", "--rate", "50", "--floor-s", "2", "--json"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -40,6 +40,9 @@ def test_bench_control_plane_measures_each_size_and_prints_one_json_line():
         assert set(row["rss_mib"]) == {"registry", "health", "scheduler", "total"}
         assert row["rss_mib"]["total"] == pytest.approx(sum(v for k, v in row["rss_mib"].items() if k != "total"), abs=0.5)
         assert row["cpu_s"]["simulator"] > 0 and row["cpu_s_per_node_hour"] > 0
+        assert row["registry_cpu_us_per_heartbeat"] > 0
     assert result["largest_sustained"] in (0, 150, 300)
+    floor = result["ray_floor"]
+    assert floor["calls"] > 0 and floor["actor_cpu_us_per_call"] > 0 and floor["max_calls_per_s_per_core"] > 0
     assert "largest fleet sustained" in out.stdout
     assert "actors up:" in out.stderr  # progress on stderr
