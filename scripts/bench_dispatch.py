@@ -2,7 +2,7 @@
 """Dispatch speed: ``@adaptive.remote`` against plain ``@ray.remote`` on the same local fleet.
 
 One ``LocalFabric`` (4 nodes: workstation, Steam Deck, CPU box, relay), in the same run,
-the three kinds taking turns so all see the same machine load:
+the five kinds taking turns so all see the same machine load:
 
 (a) plain ``@ray.remote`` tiny tasks with the equivalent label selector (every tier inside the
     floor) and one ``fabric.slots`` each;
@@ -14,7 +14,14 @@ the three kinds taking turns so all see the same machine load:
     itself costs on top of those Ray options;
 (d) "fallback_strategy": the peer a Ray user would pick instead, plain ``@ray.remote`` with Ray
     2.60's own ``fallback_strategy``: a label selector for ``min_tier`` (every tier at or above
-    it) first, then one per lower tier down to the floor.
+    it) first, then one per lower tier down to the floor;
+(e) "waiting": the fabric with work that would rather wait for its ``min_tier`` than spill below
+    it: ``@adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg", when_full="wait")`` tiny
+    tasks (when the ``min_tier`` nodes are full, calls wait on their slots instead of going down
+    the tiers). Its calls are given a generous ``queue_timeout_s`` (600 s, against the default
+    300 s) so that a 10,000-call burst queued behind the few ``min_tier`` slots of a loaded
+    machine cannot time out: it is a deadline only, it changes nothing while met. Against (d) its
+    ratio shows what keeping the work at ``min_tier`` costs in throughput, next to its share there.
 
 Every task reports the tier of the node it ran on, so each kind's row says *where the work ran*:
 the share of calls that ran at their ``min_tier`` or above (``at_min_tier_share``) and the count
@@ -26,8 +33,10 @@ wait for it) p50/p99. Prints a table; with ``--json`` a final JSON object with
 ``plain_p50_ms``, ``adaptive_p50_ms``, ``added_p50_ms`` and the rest of the measurements
 (``paired_ratio_median``: the median over rounds of adaptive/plain within a round; per burst
 size, the worker-lease requests the driver sent per task, from the event stats Ray logs;
-``fallback_strategy_tasks_per_s``, ``ratio_to_fallback_strategy`` and, per kind,
-``at_min_tier_share`` and ``below_floor``).
+``fallback_strategy_tasks_per_s``, ``ratio_to_fallback_strategy``, ``waiting_tasks_per_s``,
+``ratio_waiting_to_fallback_strategy`` (waiting/fallback_strategy, same run) with
+``paired_ratio_waiting_to_fallback_strategy_median`` and, per kind, ``at_min_tier_share`` and
+``below_floor``, the waiting kind's included: its ``below_floor`` must be 0 too).
 """
 
 from __future__ import annotations
@@ -47,6 +56,9 @@ PROFILES = ["gpu-cuda-workstation", "steamdeck-apu", "cpu-only-box", "edge-relay
 MIN_TIER, FLOOR = "gpu_apu", "cpu_ffmpeg"
 """What every kind's tasks ask for: the fabric's ``min_tier`` and ``floor``; the plain kinds get
 the equivalent Ray options."""
+WAIT_QUEUE_TIMEOUT_S = 600.0
+"""The waiting kind's queue timeout: generous, so that a 10,000-call burst waiting for the
+``min_tier`` slots does not fail on a slow or loaded machine (the default is 300 s)."""
 
 
 def tiny(x):
@@ -237,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         best = NodeAffinitySchedulingStrategy(lf.node("gpu-cuda-workstation").node_id, soft=True, _spill_on_unavailable=True)
         shaped = ray.remote(tiny).options(scheduling_strategy=best, **floor)
         peer = ray.remote(tiny).options(**peer_options(MIN_TIER, FLOOR), **slot)
-        kinds = [("plain", plain), ("adaptive", fabric_fn), ("shaped", shaped), ("fallback_strategy", peer)]
+        waiting = adaptive.remote(min_tier=MIN_TIER, floor=FLOOR, when_full="wait", queue_timeout_s=WAIT_QUEUE_TIMEOUT_S)(tiny)
+        kinds = [("plain", plain), ("adaptive", fabric_fn), ("shaped", shaped), ("fallback_strategy", peer), ("waiting", waiting)]
         names = [kind for kind, _ in kinds]
         for _, fn in kinds:  # warm each: workers started, functions exported, lease granted
             burst(fn, 200)
@@ -282,12 +295,12 @@ def main(argv: list[str] | None = None) -> int:
                 lat[kind] += latencies(fn, args.latency_calls // 2)
         metrics = lf.handle.metrics()
 
-    def against(base: str, size: int) -> tuple[float, float, list[float], float]:
-        """The base kind's median rate, adaptive's, and adaptive/base within each round (each
-        round's adaptive burst against the base burst next to it in time: drift over the run, as
-        the cluster ages, cancels within a pair) with their median."""
-        paired = [ra / rb for ra, rb in zip(rows[("adaptive", size)], rows[(base, size)])]
-        return (statistics.median(rows[(base, size)]), statistics.median(rows[("adaptive", size)]), paired,
+    def against(base: str, size: int, kind: str = "adaptive") -> tuple[float, float, list[float], float]:
+        """The base kind's median rate, ``kind``'s (adaptive unless said), and kind/base within each
+        round (each round's ``kind`` burst against the base burst next to it in time: drift over the
+        run, as the cluster ages, cancels within a pair) with their median."""
+        paired = [ra / rb for ra, rb in zip(rows[(kind, size)], rows[(base, size)])]
+        return (statistics.median(rows[(base, size)]), statistics.median(rows[(kind, size)]), paired,
                 statistics.median(paired))
 
     print(f"\n{'burst':>8}  {'plain tasks/s':>14}  {'adaptive tasks/s':>16}  {'ratio':>6}  {'paired ratios: median (min-max)':>32}")
@@ -309,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{size:>8}  {fs:>25.0f}  {a / fs:>26.2f}  {pm:>8.2f} ({min(paired):.2f}-{max(paired):.2f})")
         result["sizes"][str(size)].update({"fallback_strategy_tasks_per_s": round(fs), "ratio_to_fallback_strategy": round(a / fs, 3),
                                            "paired_ratio_to_fallback_strategy_median": round(pm, 3)})
+    print(f"\n{'burst':>8}  {'waiting tasks/s':>25}  {'waiting/fallback_strategy':>26}  {'paired: median (min-max)':>25}")
+    for size in sizes:
+        fs, w, paired, pm = against("fallback_strategy", size, kind="waiting")
+        print(f"{size:>8}  {w:>25.0f}  {w / fs:>26.2f}  {pm:>8.2f} ({min(paired):.2f}-{max(paired):.2f})")
+        result["sizes"][str(size)].update({"waiting_tasks_per_s": round(w), "ratio_waiting_to_fallback_strategy": round(w / fs, 3),
+                                           "paired_ratio_waiting_to_fallback_strategy_median": round(pm, 3)})
     print(f"\nwhere the work ran (min_tier {MIN_TIER}, floor {FLOOR}): share at min_tier or above / calls below the floor")
     print(f"{'burst':>8}" + "".join(f"  {kind:>22}" for kind in names))
     for size in sizes:
@@ -352,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_to_shaped": result["sizes"][big]["ratio_to_shaped"],
         "fallback_strategy_tasks_per_s": result["sizes"][big]["fallback_strategy_tasks_per_s"],
         "ratio_to_fallback_strategy": result["sizes"][big]["ratio_to_fallback_strategy"],
+        "waiting_tasks_per_s": result["sizes"][big]["waiting_tasks_per_s"],
+        "ratio_waiting_to_fallback_strategy": result["sizes"][big]["ratio_waiting_to_fallback_strategy"],
         "paired_ratio_median": result["sizes"][big]["paired_ratio_median"],
         "plain_p50_ms": round(p50p, 3), "adaptive_p50_ms": round(p50a, 3), "added_p50_ms": round(p50a - p50p, 3),
         "plain_p99_ms": round(p99p, 3), "adaptive_p99_ms": round(p99a, 3),

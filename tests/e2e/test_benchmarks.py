@@ -41,7 +41,7 @@ def test_bench_dispatch_prints_its_table_and_json_object():
     # plain Ray given the fabric's options for spilled calls: the third kind, in the same rounds
     assert result["ratio_to_shaped"] == pytest.approx(result["adaptive_tasks_per_s"] / result["shaped_tasks_per_s"], rel=0.02)
     # Ray's own fallback_strategy, the peer a Ray user would pick: the fourth kind, in the same rounds
-    kinds = {"plain", "adaptive", "shaped", "fallback_strategy"}
+    kinds = {"plain", "adaptive", "shaped", "fallback_strategy", "waiting"}
     for size, row in result["sizes"].items():
         assert row["fallback_strategy_tasks_per_s"] > 0, size
         assert row["ratio_to_fallback_strategy"] == pytest.approx(
@@ -50,6 +50,17 @@ def test_bench_dispatch_prints_its_table_and_json_object():
         assert set(row["at_min_tier_share"]) == kinds and all(0 <= v <= 1 for v in row["at_min_tier_share"].values())
         assert set(row["below_floor"]) == kinds and row["below_floor"]["adaptive"] == 0
     assert result["ratio_to_fallback_strategy"] == result["sizes"]["60"]["ratio_to_fallback_strategy"]
+    # the fabric with when_full="wait": the fifth kind, in the same rounds, against fallback_strategy
+    for size, row in result["sizes"].items():
+        for key in ("waiting_tasks_per_s", "ratio_waiting_to_fallback_strategy",
+                    "paired_ratio_waiting_to_fallback_strategy_median"):
+            assert isinstance(row[key], (int, float)) and row[key] > 0, (size, key, row.get(key))
+        assert row["ratio_waiting_to_fallback_strategy"] == pytest.approx(
+            row["waiting_tasks_per_s"] / row["fallback_strategy_tasks_per_s"], rel=0.02)
+        assert 0 < row["at_min_tier_share"]["waiting"] <= 1, size
+        assert row["below_floor"]["waiting"] == 0, size
+    assert result["waiting_tasks_per_s"] == result["sizes"]["60"]["waiting_tasks_per_s"]
+    assert result["ratio_waiting_to_fallback_strategy"] == result["sizes"]["60"]["ratio_waiting_to_fallback_strategy"]
     roles = result["by_process"]  # --by-process: CPU per task of each part of the cluster, both kinds
     assert {"driver", "raylet", "gcs_server", "task workers", "SchedulerActor"} <= set(roles), roles
     assert roles["driver"]["plain_cpu_ms_per_task"] > 0 and roles["driver"]["adaptive_cpu_ms_per_task"] > 0
