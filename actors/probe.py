@@ -32,6 +32,7 @@ import ray
 
 from fabric.core.names import LABEL_PREFIX, PROFILE_LABEL, RECORDING_ENV, REGISTRY
 from fabric.rayio.adapter import RayAdapter
+from fabric.rayio.heartbeat_channel import BLOCKED_RETRY_S, RAY_BEAT_EVERY, HeartbeatSender
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.errors import RegistrationError
 from fabric.core.health import detect_degradation
@@ -91,6 +92,14 @@ class Probe:
         self.artifacts = artifacts
         self.reported_warm: frozenset[str] | None = None
         """The warmth the registry holds from us (None: not reported since registering)."""
+        self.channel: tuple[tuple[str, int], bytes] | None = None
+        """The registry's heartbeat channel (address, this node's key) when heartbeats go as datagrams."""
+        self.sender = HeartbeatSender()
+        self._asked = (0, 0)
+        """Datagrams sent and taken (the registry's count) at the last ask for the channel."""
+        self.channel_blocked_until = 0.0
+        self.channel_note: str | None = None
+        """Why the probe left the channel, when it did."""
 
     def _probe(self) -> NodeCapabilities:
         from probes import probe_node
@@ -124,8 +133,13 @@ class Probe:
                 await registry.register.remote(self.node_id, self.current.model_dump(mode="json"), util.model_dump())
                 self.registered = True
                 self.reported_warm = None
+                self.channel = await self._ask_channel(registry)
+            elif self.channel is not None and self.beats % RAY_BEAT_EVERY:  # a datagram; every tenth beat a Ray call
+                self.sender.send(self.channel[0], self.channel[1], self.node_id, time.time(), util.model_dump())
             else:
                 await registry.heartbeat.remote(self.node_id, util.model_dump())
+                if self.channel is not None:  # the Ray beat also refreshes the channel (a restarted registry's)
+                    self.channel = await self._ask_channel(registry)
             self.beats += 1
             await self._report_warmth(registry)
             if self.clock() >= self.next_probe:
@@ -138,6 +152,31 @@ class Probe:
                 self.registered = False  # the registry lost us (a fresh store): register again
         except Exception as exc:  # the registry restarting, a transient Ray error: retry next beat
             self.last_error = f"{type(exc).__name__}: {exc}"
+
+    async def _ask_channel(self, registry: Any) -> tuple[tuple[str, int], bytes] | None:
+        """The registry's heartbeat channel for this node (address, key), or None: heartbeats go as
+        Ray calls (the settings say so, a registry that has no channel, or datagrams that did not
+        arrive since the last ask: then for ``BLOCKED_RETRY_S``)."""
+        if self.clock() < self.channel_blocked_until:
+            return None
+        try:
+            got = await registry.heartbeat_channel.remote(self.node_id)
+            host, port = got["address"]
+            channel = (str(host), int(port)), bytes.fromhex(got["key"])
+            taken = int(got.get("taken", 0))
+        except RegistrationError:
+            raise
+        except Exception:  # None, an older registry, a malformed answer: Ray calls
+            return None
+        sent_before, taken_before = self._asked
+        sent = self.sender.sent - sent_before
+        arrived = taken - taken_before if taken >= taken_before else taken  # a restarted registry counts anew
+        self._asked = (self.sender.sent, taken)
+        if self.channel is not None and sent >= 3 and arrived <= 0:
+            self.channel_blocked_until = self.clock() + BLOCKED_RETRY_S
+            self.channel_note = f"{sent} heartbeat datagrams to {host}:{port} were not taken: Ray calls for {BLOCKED_RETRY_S:.0f} s"
+            return None
+        return channel
 
     async def _report_warmth(self, registry: Any, force: bool = False) -> frozenset[str]:
         """Tell the registry what the artifact cache holds, when that changed (or ``force``)."""
@@ -187,7 +226,9 @@ class Probe:
         return {"node_id": self.node_id, "name": self.name, "pid": os.getpid(), "source": self.source,
                 "registered": self.registered, "beats": self.beats, "last_error": self.last_error,
                 "tier": self.current.tier.value, "degraded": list(self.degraded),
-                "artifact_cache": str(getattr(self.artifacts, "root", "")), "warm": sorted(self.reported_warm or ())}
+                "artifact_cache": str(getattr(self.artifacts, "root", "")), "warm": sorted(self.reported_warm or ()),
+                "heartbeat_transport": "udp" if self.channel is not None else "ray", "datagrams_sent": self.sender.sent,
+                "channel_note": self.channel_note}
 
 
 @ray.remote(num_cpus=0)

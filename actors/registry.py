@@ -50,6 +50,7 @@ from fabric.core.records import ChangePage, FeedSnapshot, RegistryRecord, Utiliz
 from fabric.store import FabricStore
 from fabric.store.paths import default_store_path  # noqa: F401 - re-exported where it always was
 from fabric.store.changes import ChangeLog
+from actors.registry_channel import HeartbeatChannelHost
 
 MAX_WARM = 10_000
 """Most artifact URIs one warmth report may list."""
@@ -389,6 +390,8 @@ class RegistryActor:
         self.reconciled = self.registry.reconcile_with_ray()
         self.started_at = time.time()
         self._flusher = asyncio.get_event_loop().create_task(self._flush_heartbeats(HEARTBEAT_FLUSH_S))
+        self.channel = HeartbeatChannelHost(self.registry)
+        """Heartbeats as signed datagrams (``health.heartbeat_transport: udp``)."""
 
     async def _flush_heartbeats(self, period_s: float) -> None:
         """Write the pending heartbeats every ``period_s``, for ever. A flush that fails is printed
@@ -407,6 +410,7 @@ class RegistryActor:
 
         return {"pid": os.getpid(), "node_id": self.registry.adapter.current_node_id(), "started_at": self.started_at, "store": str(self.registry.store.path),
                 "reconciled_offline": list(self.reconciled), "pending_heartbeats": self.registry.store.pending_heartbeats,
+                "heartbeat_channel": self.channel.stats(),
                 "recovered_from": str(self.registry.store.recovered_from) if self.registry.store.recovered_from else None}
 
     async def register(self, node_id: str, capabilities: Any, utilization: Any = None) -> RegistryRecord:
@@ -414,6 +418,11 @@ class RegistryActor:
 
     async def heartbeat(self, node_id: str, utilization: Any = None) -> float:
         return self.registry.heartbeat(node_id, utilization)
+
+    async def heartbeat_channel(self, node_id: str) -> dict[str, Any] | None:
+        """Where (and with which key) node ``node_id`` may send its heartbeats as datagrams; None
+        when the settings keep heartbeats on Ray calls (``actors.registry_channel``)."""
+        return await self.channel.offer(node_id)
 
     async def report(self, node_id: str, capabilities: Any, degraded: list[str] | tuple[str, ...] = (), utilization: Any = None) -> RegistryRecord:
         return self.registry.report(node_id, capabilities, degraded, utilization)

@@ -24,7 +24,12 @@ next) is measured over ``--window`` seconds, while:
   lag is from that heartbeat's sending to the scheduler's fleet view showing the new load
   (``fleet_node``, polled every 10 ms).
 
-Per size it reports: ``heartbeats_per_s`` (acknowledged by the registry), lag p50/p99, the
+Heartbeats go the way ``--transport`` says (``health.heartbeat_transport``; default here ``udp``:
+signed datagrams, every tenth beat a Ray call, as a probe sends them; ``ray``: every beat a Ray
+call).
+
+Per size it reports: ``heartbeats_per_s`` (taken by the registry: Ray calls answered and datagrams
+taken), lag p50/p99, the
 scheduler's tick p50/p99 (``loop_stats``: its own loop, timed), placement p50/p99, RSS per actor and
 in all, CPU seconds per actor over the window (by pid; the simulator's own apart), and
 ``cpu_s_per_node_hour``: the three actors' CPU seconds per node per hour, and
@@ -64,6 +69,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SETTLE_S = 10.0
 """After a fleet grows: let registrations and the first heartbeats settle before measuring."""
+from fabric.rayio.heartbeat_channel import RAY_BEAT_EVERY  # noqa: E402
+
 MAX_INFLIGHT = 256
 """Calls one simulator process keeps in flight at most (more waits: it fell behind)."""
 
@@ -94,7 +101,13 @@ class SimNodes:
         self.steps: dict[str, float] = {}
         self.heap: list[tuple[float, str]] = []
         self.inflight = 0
-        self.counts = {"beats": 0, "acked": 0, "failed": 0, "registered": 0, "reports": 0, "late": 0}
+        self.counts = {"beats": 0, "acked": 0, "failed": 0, "registered": 0, "reports": 0, "late": 0, "datagrams": 0}
+        self.channel: dict[str, tuple[tuple[str, int], bytes]] = {}
+        """Per node: the registry's heartbeat channel (address, key), when it offers one (as a probe asks)."""
+        self.nbeat: dict[str, int] = {}
+        from fabric.rayio.heartbeat_channel import HeartbeatSender
+
+        self.sender = HeartbeatSender()
         self.errors: list[str] = []
         self.rnd = random.Random(os.getpid())
 
@@ -144,6 +157,12 @@ class SimNodes:
             self.counts["acked" if what == "beat" else what] += 1
             if what == "registered":
                 self.registered.add(node_id)
+            if what == "registered" or (what == "beat" and node_id in self.channel):  # as a probe asks it
+                got = await self.registry.heartbeat_channel.remote(node_id)
+                if got is None:
+                    self.channel.pop(node_id, None)
+                else:
+                    self.channel[node_id] = ((got["address"][0], int(got["address"][1])), bytes.fromhex(got["key"]))
             if step is not None:
                 self.out.put(("stepped", node_id, step, sent))
         except Exception as exc:  # a refused or lost call: the next beat retries, as a probe's does
@@ -171,8 +190,17 @@ class SimNodes:
             degraded = list(self.degraded.pop(node_id, ()))
             ref, what = self.registry.report.remote(node_id, caps, degraded, util), "reports"
         else:
-            ref, what = self.registry.heartbeat.remote(node_id, util), "beat"
+            n = self.nbeat[node_id] = self.nbeat.get(node_id, 0) + 1
+            channel = self.channel.get(node_id)
             self.counts["beats"] += 1
+            if channel is not None and n % RAY_BEAT_EVERY:  # a datagram, as a probe on the channel sends
+                self.inflight -= 1
+                if self.sender.send(channel[0], channel[1], node_id, sent, util):
+                    self.counts["datagrams"] += 1
+                if step is not None:
+                    self.out.put(("stepped", node_id, step, sent))
+                return
+            ref, what = self.registry.heartbeat.remote(node_id, util), "beat"
         asyncio.ensure_future(self._call(what, ref, node_id, sent, step))
 
     async def run(self, commands: Any) -> None:
@@ -232,7 +260,7 @@ class Bench:
         self.args, self.folder = args, folder
         self.settings = FabricSettings.load({
             "health": {"heartbeat_interval_s": args.heartbeat, "offline_after_s": 3 * args.heartbeat,
-                       "reprobe_interval_s": args.reprobe},
+                       "reprobe_interval_s": args.reprobe, "heartbeat_transport": args.transport},
             "store": {"url": f"sqlite:///{folder / 'store'}"},
             "api": {"enabled": False},
         })
@@ -259,7 +287,7 @@ class Bench:
         from actors.health import HealthMonitorActor
         from actors.registry import RegistryActor
         from actors.scheduler import SchedulerActor
-        from fabric.core.names import HEAD_RESOURCE, HEALTH, NAMESPACE, REGISTRY, SCHEDULER
+        from fabric.core.names import HEAD_RESOURCE, HEALTH, NAMESPACE, REGISTRY, SCHEDULER, SETTINGS_KEY
         from fabric.rayio.scheduler_client import SchedulerClient
         from fabric.store.paths import configured_store_paths
         from fabric.testing.sim_fleet import SimRayAdapter
@@ -270,6 +298,7 @@ class Bench:
         adapter = SimRayAdapter(self.table_path)
         self.registry = RegistryActor.options(name=REGISTRY, **opts).remote(str(paths.nodes), adapter)
         ray.get(self.registry.ping.remote(), timeout=120)
+        ray.get(self.registry.put_state.remote(SETTINGS_KEY, as_dict))  # the settings in force, as fabric.up() keeps them
         self.health = HealthMonitorActor.options(name=HEALTH, **opts).remote(as_dict, adapter)
         ray.get(self.health.ready.remote(), timeout=120)
         feed = FleetFeed(self.settings, SimRayAdapter(self.table_path))
@@ -451,6 +480,11 @@ class Bench:
                     del watching[node_id]
             stop.wait(0.01)
 
+    def channel_counts(self) -> dict[str, Any]:
+        import ray
+
+        return ray.get(self.registry.ping.remote(), timeout=60).get("heartbeat_channel") or {}
+
     def usage(self) -> dict[str, tuple[float, int]]:
         import psutil
 
@@ -518,6 +552,7 @@ class Bench:
         missed: list[str] = []
         errors: list[str] = []
         before_sim = {s[1]: s for s in self.sim_stats()}
+        before_channel = self.channel_counts()
         before = self.usage()
         self.sched.loop_stats(reset=True)
         stop = threading.Event()
@@ -535,9 +570,14 @@ class Bench:
             t.join(timeout=60)
         elapsed = time.monotonic() - t0
         after = self.usage()
+        after_channel = self.channel_counts()
         after_sim = {s[1]: s for s in self.sim_stats()}
         loop = self.sched.loop_stats()
         acked = sum(after_sim[p][2]["acked"] - before_sim[p][2]["acked"] for p in after_sim)
+        taken = after_channel.get("taken", 0) - before_channel.get("taken", 0)  # datagrams the registry took
+        refused = {k: after_channel[k] - before_channel.get(k, 0) for k in after_channel
+                   if k not in ("taken", "received", "address", "last_refusal") and after_channel[k] - before_channel.get(k, 0)}
+        acked += taken
         late = sum(after_sim[p][2]["late"] - before_sim[p][2]["late"] for p in after_sim)
         failed = sum(after_sim[p][2]["failed"] - before_sim[p][2]["failed"] for p in after_sim)
         sim_cpu = sum(after_sim[p][4] - before_sim[p][4] for p in after_sim)
@@ -550,7 +590,7 @@ class Bench:
         r = {
             "nodes": nodes, "fleet_in_scheduler": loop["fleet"], "window_s": round(elapsed, 1),
             "heartbeats_per_s": round(acked / elapsed, 1), "heartbeats_expected_per_s": round(nodes / self.args.heartbeat, 1),
-            "heartbeats_late": late, "calls_failed": failed,
+            "heartbeats_late": late, "calls_failed": failed, "datagrams_taken": taken, "datagrams_refused": refused,
             "lag_p50_s": _r(pct(lag, 0.5)), "lag_p99_s": _r(lag_p99), "lag_samples": len(lag), "lag_missed": len(missed),
             "tick_p50_ms": loop["tick_p50_ms"], "tick_p99_ms": loop["tick_p99_ms"], "tick_max_ms": loop["tick_max_ms"],
             "ticks": loop["window"],
@@ -625,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markers", type=int, default=4, help="load steps in flight at a time (the lag's samples)")
     ap.add_argument("--search", action="store_true", help="grow past the largest size for largest_sustained")
     ap.add_argument("--budget", type=float, default=1500.0, help="seconds for the whole run (the search stops at it)")
+    ap.add_argument("--transport", choices=("ray", "udp"), default="udp",
+                    help="health.heartbeat_transport: heartbeats as Ray calls, or as signed datagrams (default)")
     ap.add_argument("--floor-s", type=float, default=10.0, help="seconds of the Ray floor measurement (0: skip)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -668,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.close()
         shutil.rmtree(folder, ignore_errors=True)
-    doc = {"sizes": results, "largest_sustained": largest, "ray_floor": floor, "heartbeat_interval_s": args.heartbeat,
+    doc = {"sizes": results, "largest_sustained": largest, "ray_floor": floor, "heartbeat_transport": args.transport, "heartbeat_interval_s": args.heartbeat,
            "placement_rate_per_s": args.rate, "window_s": args.window, "simulator_procs": args.procs,
            "run_s": round(time.monotonic() - t_start, 1)}
     if not_measured:

@@ -185,6 +185,12 @@ class HealthSettings(SettingsModel):
     """How often the health monitor polls Ray's node table."""
     reprobe_interval_s: PositiveSeconds = 300.0
     """How often a probe actor re-probes its node for degradation."""
+    heartbeat_transport: Literal["ray", "udp"] = "ray"
+    """How probes send their heartbeats: ``ray``, a Ray call to the registry each beat; ``udp``,
+    signed datagrams to the registry (``fabric.rayio.heartbeat_channel``), with every tenth beat a
+    Ray call. A Ray call costs the registry what Ray costs per call (about 640 µs of its CPU on a
+    2-core machine), so past a few thousand nodes ``udp`` is what keeps the registry up
+    (``docs/benchmarks.md``)."""
 
 
 class FailurePolicySettings(SettingsModel):
