@@ -53,13 +53,11 @@ from fabric.core.lifecycle import NodeStatus  # noqa: E402
 from fabric.core.names import NAME_LABEL, POOL_LABEL, TIER_LABEL, TIER_RESOURCE_PREFIX, ZONE_LABEL  # noqa: E402
 from fabric.core.settings import FabricSettings  # noqa: E402
 from fabric.store import FabricStore  # noqa: E402
+from fabric.testing.sim_fleet import PROFILE_MIX  # noqa: E402  (a plausible fleet's mix of the bundled profiles)
 from probes import RecordedSources  # noqa: E402
 from probes.node import probe_node  # noqa: E402
 from probes.profiles import profile_path  # noqa: E402
 
-PROFILE_MIX = (("cpu-only-box", 50), ("gpu-cuda-workstation", 15), ("amd-discrete-vaapi", 10), ("intel-igpu-nuc", 10),
-               ("steamdeck-apu", 5), ("arm64-board", 5), ("edge-relay", 5))
-"""A plausible fleet: mostly CPU boxes, a few GPU machines of each kind, small boards and relays."""
 START = 1_700_000_000.0
 
 

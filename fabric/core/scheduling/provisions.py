@@ -44,11 +44,10 @@ from typing import Iterable, Iterator
 
 from fabric.core.capabilities import Limitations, NodeCapabilities
 from fabric.core.placement import NodeRecord
+from fabric.core.placement.fleet import PROSPECTIVE_PREFIX  # prospective:<provision id>, never a Ray node id
 from fabric.core.provision_phase import IN_FLIGHT, PROVISION_LIFECYCLE, ProvisionPhase, phase_for
 from fabric.core.settings import FabricSettings, NodeShape, PoolTier
 
-PROSPECTIVE_PREFIX = "prospective:"
-"""Node ids of prospective records: ``prospective:<provision id>`` (never a Ray node id)."""
 
 PROVISION_BACKOFF_S = 60.0
 """How long a pool tier is held after a failed provision (seed 000's provision retry backoff)."""
