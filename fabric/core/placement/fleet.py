@@ -73,6 +73,8 @@ def group_contribution(rec: NodeRecord) -> tuple[tuple[str, str], tuple[int, ...
              slots if settled else 0, min(running, slots) if working else 0, slots if working else 0))
 
 
+_SUMS = "\0group_sums"
+"""``group_sums``'s own reader of the changed nodes."""
 _LOAD_FIELDS = frozenset({"utilization", "last_seen"})
 """What a heartbeat moves: ``FleetView.update`` changes these in place."""
 _USAGE_FIELDS = ("running", "reserved_cpus", "reserved_memory_mib", "gpu_reserved", "ports", "jobs", "exclusive_job")
@@ -151,10 +153,8 @@ class FleetView:
         """Per-requirement search plans of the fast engine (references into ``buckets``)."""
         self._sums: dict[tuple[str, str], list[int]] = {}
         self._shares: dict[str, tuple[tuple[str, str], tuple[int, ...]]] = {}
-        self._dirty: set[str] = set()
-        """Nodes whose share of ``group_sums`` may have changed since it was last read."""
-        self._watchers: dict[str, set[str]] = {}
-        """Per reader of ``take_changed``: the nodes changed since it last asked."""
+        self._watchers: dict[str, set[str]] = {_SUMS: set()}
+        """Per reader of ``take_changed`` (``group_sums`` is one): the nodes changed since it last asked."""
         for p in self.settings.pools:
             for t in p.tiers:
                 for rank in range(11):
@@ -199,7 +199,6 @@ class FleetView:
 
     def _put(self, node_id: str, rec: "NodeRecord | None") -> None:
         """Replace (or with None remove) a record, journalling it for O(1) snapshots."""
-        self._dirty.add(node_id)
         for changed in self._watchers.values():
             changed.add(node_id)
         if rec is None:
@@ -226,7 +225,6 @@ class FleetView:
         new.counts = dict(self.counts)
         new._sums = {k: list(v) for k, v in self._sums.items()}
         new._shares = dict(self._shares)
-        new._dirty = set(self._dirty)
         new._watchers = {k: set(v) for k, v in self._watchers.items()}
         return new
 
@@ -357,7 +355,6 @@ class FleetView:
         return key, (-rec._load if binpack else rec._load, rec.node_id)
 
     def _usage_changed(self, rec: NodeRecord, d: dict) -> None:
-        self._dirty.add(rec.node_id)
         for changed in self._watchers.values():
             changed.add(rec.node_id)
         d["_load"] = compute_load(rec)
@@ -413,7 +410,7 @@ class FleetView:
         as the records change (only the nodes changed since the last call are read again), so a
         gauge or a scaling window over a fleet of thousands costs what changed, not the fleet."""
         sums, shares = self._sums, self._shares
-        for node_id in self._dirty:
+        for node_id in self._watchers[_SUMS]:
             old = shares.pop(node_id, None)
             if old is not None:
                 acc = sums[old[0]]
@@ -431,7 +428,7 @@ class FleetView:
                     for i, v in enumerate(share):
                         now[i] += v
                 shares[node_id] = (key, share)
-        self._dirty.clear()
+        self._watchers[_SUMS] = set()
         return {k: tuple(v) for k, v in sums.items()}
 
     def validate(self) -> None:
