@@ -34,6 +34,10 @@ node either: ``provision`` refuses them (``unsupported_tags``). ``terminate`` dr
 instance's bundle, so the autoscaler gives the node back once it has idled for the cluster's
 ``idle_timeout_minutes``; a pending one is simply no longer asked for.
 
+A restarted scheduler reads its ``instance`` rows back and ``adopt`` holds each again (pending, or
+bound to the node its row names); every node joins the restarted scheduler's view again, so a
+pending one is claimed by its running node then. Scale-down and ``close`` give them back as before.
+
 Ray facts (Ray 2.60): label selectors reach the autoscaler only with autoscaler **v2**
 (``RAY_enable_autoscaler_v2=1`` / system config ``enable_autoscaler_v2``); v1 keeps only the
 resource shapes of ``request_resources`` and would pick node types by resources alone. The
@@ -265,6 +269,34 @@ class RayAutoscalerProvider:
                 self._book.instances[instance_id] = inst
                 self._ended.discard(instance_id)
                 raise
+
+    def adopt(self, node: ProvisionedNode) -> bool:
+        """Hold again an instance an earlier incarnation of the caller provisioned (its ``instance``
+        row read back after a scheduler restart): it is demanded again, so the autoscaler keeps its
+        node (or still launches it), ``list`` shows it, ``terminate`` and ``close`` give it back.
+        A row naming its node (``ray.io/node-id``) is bound to that node; one without is pending, and
+        ``claim`` binds it when its node registers again (a restarted scheduler sees every node join).
+        False, and nothing is held, for another provider's node, one terminated here, or one whose
+        pool tier or shape the settings no longer list. The request is written with the next change
+        or ``sync`` (the demand it had is not withdrawn in between: nothing wrote since the restart)."""
+        if not isinstance(node, ProvisionedNode) or node.provider != self.name or not node.instance_id:
+            return False
+        try:
+            self._pool_tier(node.pool, node.pool_tier, node.shape)
+        except ProviderError:
+            return False
+        labels = dict(node.labels)
+        node_id = labels.pop(RAY_NODE_ID_LABEL, None)
+        with self._lock:
+            if node.instance_id in self._ended:
+                return False
+            if node.instance_id not in self._book.instances:
+                inst = _Instance(dataclasses.replace(node, labels=labels), next(self._seq))
+                if node_id:
+                    inst.node_id = node_id
+                    inst.claimed_at = self._clock()
+                self._book.instances[node.instance_id] = inst
+        return True
 
     def list(self) -> builtins.list[ProvisionedNode]:
         """Instances not terminated, pending and running, in provision order (a running one's

@@ -121,3 +121,38 @@ class _Host:
 
     def handle_stimulus(self, stimulus):
         return None
+
+
+def test_a_restarted_provisioner_adopts_the_ray_autoscaler_instances_and_their_spare_provision(tmp_path):
+    """Instances of ``ray-autoscaler`` (no process of ours: a bundle in the autoscaler's request)
+    are taken back too: held and demanded again, the spare provision naming one kept, and both
+    given back by ``fabric down``."""
+    import asyncio
+
+    from fabric.providers.autoscaler import RayAutoscalerProvider
+
+    settings = FabricSettings.load({"pools": [{"name": "default", "tiers": [
+        {"name": "burst", "scale_out": "elastic", "provider": "ray-autoscaler",
+         "candidate_shapes": [{"name": "box", "profile": "cpu-only-box", "num_cpus": 2}]}]}]})
+    shape = settings.pools[0].tiers[0].candidate_shapes[0]
+    written: list[list[dict]] = []
+
+    def provider() -> RayAutoscalerProvider:
+        return RayAutoscalerProvider(settings, request_resources=lambda **kw: written.append(kw["bundle_label_selectors"]))
+
+    store = JobStore(tmp_path / "fabric.jobs.db")
+    first = Provisioner(_Host(), providers={"ray-autoscaler": provider()})
+    first.attach(store)
+    plain = asyncio.run(first.provision("ray-autoscaler", shape, "default", "burst", spare=False))
+    spare = asyncio.run(first.provision("ray-autoscaler", shape, "default", "burst", spare=True, provision_id="spare-default-1"))
+    # the scheduler dies; a new one builds a new provider over the same store
+    p = provider()
+    second = Provisioner(_Host(), providers={"ray-autoscaler": p})
+    assert second.attach(store) == 2
+    assert sorted(n.instance_id for n in p.list()) == sorted([plain.instance_id, spare.instance_id])
+    assert p.sync().bundles == ({"CPU": 2},) * 2  # both demanded again: the autoscaler keeps (or launches) their nodes
+    assert second.spare_provisions["spare-default-1"].instance_id == spare.instance_id
+    kinds = [e["kind"] for e in second.log]
+    assert kinds.count("instance_adopted") == 2 and "spare_provision_dropped" not in kinds
+    assert second.close() == 2 and p.list() == [] and store.state("instance") == []
+    assert written[-1] == []  # the request is empty: every node is given back once idle

@@ -14,6 +14,7 @@ from fabric.core.names import (
 from fabric.core.settings import FabricSettings, NodeShape
 from fabric.providers import NodeProvider, ProviderError, RayAutoscalerProvider, node_type_name, node_types_for, providers_for
 from fabric.providers.autoscaler import DEFAULT_MAX_WORKERS, bundle_for
+from fabric.providers.base import ProvisionedNode
 
 CPU_BOX = {"name": "cpu-box", "profile": "cpu-only-box", "num_cpus": 1}
 BIG = {"name": "big", "num_cpus": 4, "gpus": 1, "tier": "gpu_cuda"}
@@ -262,3 +263,34 @@ def test_providers_for_builds_it_over_the_settings_with_its_options():
     assert isinstance(p, RayAutoscalerProvider) and p.settings == SETTINGS
     p.provision(SMALL, pool="default", pool_tier="burst")
     assert rec.last == ([{"CPU": 1}], [SEL_SMALL])
+
+
+# -- adoption after a scheduler restart -----------------------------------------------------------------------------
+def test_a_restarted_provider_adopts_its_rows_pending_and_running_and_demands_them_again():
+    first, _ = make()
+    a = first.provision(SMALL, pool="default", pool_tier="burst")
+    b = first.provision(LARGE, pool="default", pool_tier="burst", spare=True)
+    first.claim("n1", node_labels())
+    pending_row = ProvisionedNode.from_row(a.as_row())  # the row written at the ask
+    running_row = ProvisionedNode.from_row(next(n for n in first.list() if n.instance_id == a.instance_id).as_row())
+    second, rec = make()
+    assert second.adopt(running_row) and second.adopt(ProvisionedNode.from_row(b.as_row()))
+    assert second.adopt(running_row)  # twice: held once
+    assert [n.instance_id for n in second.list()] == [a.instance_id, b.instance_id]
+    assert second.node_id_of(a.instance_id) == "n1" and [n.instance_id for n in second.pending()] == [b.instance_id]
+    assert second.claim("n2", node_labels("big")) == b.instance_id  # its node joins the restarted scheduler's view
+    assert second.sync().selectors == (SEL_SMALL, SEL_LARGE) and rec.last[1] == [SEL_SMALL, SEL_LARGE]
+    # A row read back without its node (written at the ask) is pending until its node is seen again.
+    third, _ = make()
+    assert third.adopt(pending_row) and third.claim("n1", node_labels()) == a.instance_id
+    third.terminate(a.instance_id)
+    third.terminate(a.instance_id)  # terminated once: the second is a no-op
+    assert third.list() == [] and third.adopt(pending_row) is False  # nor is one it terminated held again
+
+
+def test_adopt_refuses_another_providers_node_and_a_pool_tier_the_settings_dropped():
+    p, rec = make()
+    local = ProvisionedNode("local-1", "local", "default", "local", SMALL, False, 1.0, "local-1", pid=1)
+    gone = ProvisionedNode("ras-77", "ray-autoscaler", "default", "retired", SMALL, False, 1.0, "ras-77")
+    assert p.adopt(local) is False and p.adopt(gone) is False
+    assert p.list() == [] and rec.calls == []
