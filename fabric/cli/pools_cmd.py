@@ -2,7 +2,9 @@
 
 For each pool, its pool tiers in cost order (scale-out, provider, nodes up / launching / max,
 held after a failed provision), its hot spares (target / live, pending, warm for what, backing
-off) and the prospective nodes (provisions in flight: shape, age, time left before abandoned).
+off) and the provisions in flight: the task core's prospective nodes (phase, shape, age, time left
+before abandoned) and the spare reconcilers' (phase, shape, age). A phase is ``asked`` (the
+provider has not answered) or ``started`` (it answered an instance id; the node has not joined).
 ``--json`` prints the same as one object.
 """
 
@@ -44,7 +46,25 @@ def pools_view(settings: Any, nodes: Sequence[Any], provisions: dict, spares: Se
             "target": s["target"], "live": len(s["live"]), "pending": len(s["pending"]), "consumed": len(s["consumed"]),
             "warm_for": list(s["warm_for"]), "reserved_for": list(s["reserved_for"]), "exclusive": s["exclusive"],
             "backing_off": s["backing_off"]}})
-    return {"pools": pools, "prospective": list(provisions.get("pending", ())), "instances": list(provisions.get("instances", ()))}
+    prospective = [{**p, "phase": p.get("phase") or ("started" if p.get("instance_id") else "asked")}
+                   for p in provisions.get("pending", ())]
+    return {"pools": pools, "prospective": prospective, "spare_provisions": spare_provisions(provisions),
+            "instances": list(provisions.get("instances", ()))}
+
+
+def spare_provisions(provisions: dict, now: float | None = None) -> list[dict]:
+    """The spare reconcilers' provisions in flight (the scheduler's kept rows): id, pool, pool tier,
+    shape, phase, instance id (None until answered) and age in seconds."""
+    import time
+
+    at = time.time() if now is None else now
+    out = []
+    for k in provisions.get("spare_provisions", ()):
+        shape = k.get("shape")
+        out.append({"provision_id": k["provision_id"], "pool": k["pool"], "pool_tier": k["pool_tier"],
+                    "shape": shape.get("name", "?") if isinstance(shape, dict) else str(shape), "phase": k.get("phase", "asked"),
+                    "instance_id": k.get("instance_id"), "age_s": round(max(0.0, at - float(k.get("asked_at") or at)), 1)})
+    return out
 
 
 def format_pools(view: dict, width: int | None = NARROW) -> str:
@@ -67,8 +87,14 @@ def format_pools(view: dict, width: int | None = NARROW) -> str:
         lines.append("prospective nodes (provisioning)")
         for p in view["prospective"]:
             where = f"{p['pool']}/{p['pool_tier']}"
-            lines.append(f"  {p['provision_id']:<6} {where[:26]:<26} {p['shape'][:14]:<14} {p['age_s']:>6.1f}s old, "
+            lines.append(f"  {p['provision_id']:<6} {p['phase']:<7} {where[:22]:<22} {p['shape'][:12]:<12} {p['age_s']:>6.1f}s old, "
                          f"{p['timeout_in_s']:.0f}s left")
+    if view.get("spare_provisions"):
+        lines.append("spare provisions in flight")
+        for p in view["spare_provisions"]:
+            where = f"{p['pool']}/{p['pool_tier']}"
+            lines.append(f"  {p['provision_id'][:20]:<20} {p['phase']:<7} {where[:22]:<22} {p['shape'][:12]:<12} "
+                         f"{p['age_s']:>6.1f}s old")
     return fit_lines("\n".join(lines), width)
 
 
@@ -96,4 +122,4 @@ def run_pools(args: argparse.Namespace) -> int:
         ray.shutdown()
 
 
-__all__ = ["add_parser", "fetch_view", "format_pools", "pools_view", "run_pools"]
+__all__ = ["add_parser", "fetch_view", "format_pools", "pools_view", "run_pools", "spare_provisions"]

@@ -34,3 +34,24 @@ def test_the_view_counts_nodes_launching_spares_and_holds_per_pool_tier():
     assert "hot spares: 1/2 live, 1 pending, warm for encoder (backing off)" in text
     assert "held 42s (failed)" in text and "prospective nodes" in text and "p1" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_each_provision_in_flight_shows_its_phase_the_spare_reconcilers_too():
+    provisions = {"pending": [
+        {"provision_id": "p1", "pool": "default", "pool_tier": "burst", "shape": "cpu-box", "age_s": 3.2,
+         "timeout_in_s": 596.8, "instance_id": None, "phase": "asked"},
+        {"provision_id": "p2", "pool": "default", "pool_tier": "burst", "shape": "cpu-box", "age_s": 9.0,
+         "timeout_in_s": 591.0, "instance_id": "local-3"}],  # a view without the phase: its instance id says it
+        "held": [], "instances": [],
+        "spare_provisions": [{"schema": 1, "pool": "default", "provision_id": "spare-default-4", "provider": "local",
+                              "pool_tier": "burst", "shape": {"name": "cpu-box"}, "asked_at": 100.0,
+                              "instance_id": "local-5", "started_at": 104.0, "phase": "started"}]}
+    view = pools_view(SETTINGS, [], provisions, [])
+    assert [p["phase"] for p in view["prospective"]] == ["asked", "started"]
+    assert view["spare_provisions"][0]["phase"] == "started" and view["spare_provisions"][0]["instance_id"] == "local-5"
+    lines = format_pools(view).splitlines()
+    assert any(line.split()[:2] == ["p1", "asked"] for line in lines)
+    assert any(line.split()[:2] == ["p2", "started"] for line in lines)
+    assert "spare provisions in flight" in lines
+    assert any(line.split()[:3] == ["spare-default-4", "started", "default/burst"] for line in lines)
+    assert max(len(line) for line in lines) <= 80
