@@ -55,7 +55,8 @@ class TaskCorePort(Protocol):
         plain cordon. The registry write, for a caller that answers once it is in."""
 
     def handed_off(self, node_id: str) -> bool:
-        """Whether the task core is done with a cordoned node (its running tasks ended, or their grace)."""
+        """Whether the task core is done with a draining node: its part of the drain (running tasks
+        finish, the node is marked draining in the registry) is not in progress and no call runs there."""
 
     def resolve_node(self, node: str) -> str: ...
 
@@ -102,7 +103,8 @@ class SchedulerTaskCore:
         return writes if timeout_s is not None else None
 
     def handed_off(self, node_id: str) -> bool:
-        return node_id not in self._scheduler.core.drains
+        core = self._scheduler.core  # no tasks part in progress and no call running there (a part not yet started counts)
+        return node_id not in core.drains and core.ledger.running_on(node_id) == 0
 
     def resolve_node(self, node: str) -> str:
         node_id: str = self._scheduler.core.resolve_node(node)

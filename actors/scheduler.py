@@ -554,6 +554,8 @@ class Scheduler:
     async def drain(self, node: str, grace_s: float | None = None) -> str:
         node_id = self.core.resolve_node(msg.read_id("node", node))
         grace_s = msg.read_seconds("grace_s", grace_s, allow_zero=True)
+        if self.jobs is not None:  # the node's one drain, its jobs' too (grace_s: its timeout)
+            return str((await self.moves.drain_jobs(node_id, grace_s)).node_id)
         return await self.answered(DrainRequested(node_id, grace_s))
 
     async def sync_now(self) -> int:

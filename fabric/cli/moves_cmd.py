@@ -147,7 +147,8 @@ def drain_lines(state: Any, now: float, shown: str | None = None) -> list[str]:
         bits.append(f"strategy {d['strategy']}")
     lines = [f"drain {_cut(label, 60)}: {d.get('phase', '?')}", f"  {', '.join(bits)}"]
     ray = d.get("ray_drain")
-    lines.append(f"  ray: {'not asked yet' if ray is None else ray}")
+    waiting = " (the jobs are off; running tasks are finishing)" if d.get("tasks_finishing") else ""
+    lines.append(f"  ray: {'not asked yet' if ray is None else ray}{waiting}")
     if d.get("reason"):
         lines.append(f"  reason: {d['reason']}")
     jobs = d.get("jobs") or {}

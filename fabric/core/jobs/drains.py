@@ -1,11 +1,17 @@
 """A node's drain of its jobs, and a provider's interruption notice as a forced drain (seed 000
 § Drain / cordon, § Spot interruption; issue 16). Pure: time comes in as ``now``.
 
-A drain cordons the node (the caller's part), starts a migration for every job on it and, once
-every job is off, asks Ray to drain the node. Its phases (``NodeDrainPhase``): ``migrating``
-(migrations being started) -> ``waiting`` (for them) -> ``draining`` (every job is off the node
-and Ray was asked: ``AskRayToDrain``) -> ``done`` (Ray accepted) or ``failed`` (Ray refused; its
-message is the reason). At the timeout a drain with ``force`` stops what has not moved
+A node has one drain, and this is its lifecycle: whoever asks (``fabric drain``, a reclaim notice,
+the scheduler's own ``drain`` call) starts a ``NodeDrain`` here. It cordons the node (the caller's
+part: the task core cordons it and counts its running calls), starts a migration for every job on
+it and, once every job is off *and* the node's running tasks have finished (the task core hands the
+node off, marking it draining in the registry; ``step``'s ``tasks_done``), asks Ray to drain the
+node. Its phases (``NodeDrainPhase``): ``migrating`` (migrations being started) -> ``waiting`` (for
+the jobs to leave and the running tasks to finish: ``tasks_finishing`` once only tasks are left) ->
+``draining`` (every job off, every task ended or the deadline passed, and Ray was asked:
+``AskRayToDrain``) -> ``done`` (Ray accepted) or ``failed`` (Ray refused; its message is the
+reason). The task core's own book (``fabric.core.scheduling.drain``) is the tasks part of this
+drain, carried out for it; it is never the node's drain on its own. At the timeout a drain with ``force`` stops what has not moved
 (``ForceStop``: those jobs are ``terminated`` and recovered by their policy) and then asks Ray;
 one without ends ``partial``, the jobs still there ``stuck``. An uncordon withdraws a drain Ray
 was not yet asked about (``cancelled``); migrations in flight run to their end.
@@ -29,7 +35,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 from fabric.core.errors import JobNotFoundError, NodeNotFoundError, RequirementError
 from fabric.core.lifecycle import Lifecycle
@@ -134,6 +140,8 @@ class DrainState:
     ``"refused: <message>"``."""
     interruption: str | None = None
     """The interruption's kind when the drain is one (``spot-interruption``, ``rebalance``)."""
+    tasks_finishing: bool = False
+    """``waiting`` with every job off the node: its running tasks finish before Ray is asked."""
 
     @property
     def deadline(self) -> float:
@@ -154,7 +162,7 @@ class DrainState:
                 "timeout_s": self.timeout_s, "deadline": self.deadline, "force": self.force,
                 "strategy": self.strategy, "jobs": {k: j.as_dict() for k, j in self.jobs.items()},
                 "reason": self.reason, "ray_drain": self.ray_drain, "interruption": self.interruption,
-                "terminal": self.terminal}
+                "tasks_finishing": self.tasks_finishing, "terminal": self.terminal}
 
 
 @dataclass(frozen=True)
@@ -246,6 +254,8 @@ class NodeDrain:
         self.reason = ""
         self.ray_drain: str | None = None
         self.ended_at: float | None = None
+        self.tasks_finishing = False
+        """Every job is off the node and its running tasks are finishing: Ray is asked once they end."""
         self.history: list[tuple[NodeDrainPhase, float, str]] = [(NodeDrainPhase.MIGRATING, self.started, "")]
         self._jobs: dict[str, DrainJob] = {j: DrainJob(j, JobDrainStatus.MIGRATING) for j in ids}
 
@@ -271,7 +281,8 @@ class NodeDrain:
     def snapshot(self) -> DrainState:
         return DrainState(node_id=self.node_id, phase=self.phase, started=self.started, timeout_s=self.timeout_s,
                           force=self.force, strategy=self.strategy, jobs=dict(self._jobs), reason=self.reason,
-                          ray_drain=self.ray_drain, interruption=self.interruption)
+                          ray_drain=self.ray_drain, interruption=self.interruption,
+                          tasks_finishing=self.tasks_finishing and not self.terminal)
 
     # -- what the caller reports ------------------------------------------------------------------
     def set_job(self, job_id: str, status: JobDrainStatus | str, *, migration_id: str | None = None, reason: str = "") -> bool:
@@ -323,10 +334,12 @@ class NodeDrain:
             self.interruption_deadline = min(interruption_deadline, self.interruption_deadline or math.inf)
         return before != (self.timeout_s, self.force, self.interruption, self.interruption_deadline)
 
-    def step(self, now: float) -> list[DrainAction]:
-        """What to do now. Every job off the node: ask Ray (phase ``draining``). At the deadline
-        with jobs still there: with force, stop them (``terminated``) and then ask Ray; without,
-        the drain ends ``partial`` and they are ``stuck``."""
+    def step(self, now: float, tasks_done: bool = True) -> list[DrainAction]:
+        """What to do now. Every job off the node and its running tasks finished (``tasks_done``:
+        the task core handed the node off): ask Ray (phase ``draining``); jobs off but tasks still
+        running: ``waiting`` (``tasks_finishing``) until they end or the deadline passes. At the
+        deadline with jobs still there: with force, stop them (``terminated``) and then ask Ray;
+        without, the drain ends ``partial`` and they are ``stuck``."""
         if self.terminal or self.phase is NodeDrainPhase.DRAINING:
             return []
         out: list[DrainAction] = []
@@ -342,7 +355,12 @@ class NodeDrain:
                 self.set_job(j, JobDrainStatus.TERMINATED, reason="stopped at the forced drain's timeout")
             out.append(ForceStop(self.node_id, tuple(left)))
             left = []
-        if not left:
+        if not left and not tasks_done and now < self.deadline:  # running tasks finish first
+            self.tasks_finishing = True
+            if self.phase is NodeDrainPhase.MIGRATING:
+                self._move(NodeDrainPhase.WAITING, now)
+        elif not left:
+            self.tasks_finishing = False
             self._move(NodeDrainPhase.DRAINING, now)
             out.append(self._ask_ray())
         return out
@@ -466,11 +484,12 @@ class NodeDrains:
             d = next((e for e in reversed(self._ended) if e.node_id == node_id), None)
         return None if d is None else d.snapshot()
 
-    def step(self, now: float) -> list[DrainAction]:
-        """Every drain in progress steps; those that ended are filed away."""
+    def step(self, now: float, tasks_done: Callable[[str], bool] | None = None) -> list[DrainAction]:
+        """Every drain in progress steps (``tasks_done(node_id)``: whether the node's running tasks
+        have finished; default: they have); those that ended are filed away."""
         out: list[DrainAction] = []
         for d in list(self._active.values()):
-            out += d.step(now)
+            out += d.step(now, True if tasks_done is None else tasks_done(d.node_id))
         self.sweep()
         return out
 

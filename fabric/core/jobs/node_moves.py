@@ -149,14 +149,14 @@ def stop_on_node(st: JobsState, job_id: str, node_id: str, reason: str, now: flo
 # -- the tick -------------------------------------------------------------------------------------------
 def step(st: JobsState, now: float) -> list[Any]:
     """Follow each job's saga, retry what could not move, act on the drains' deadlines, ask Ray once
-    a node is empty and handed off; then rebalance."""
+    a node's jobs are off and its running tasks finished (the task core handed it off); then rebalance."""
     out: list[Any] = []
     for d in st.drains.active():
         before = d.snapshot()
         out += _follow(st, d, now)
         if d.snapshot() != before:
             out.append(progress(d))
-    for action in st.drains.step(now):
+    for action in st.drains.step(now, st.world.handed_off):
         d_state = st.drains.status(action.node_id)
         if isinstance(action, ForceStop):
             for job_id in action.job_ids:
@@ -173,10 +173,9 @@ def step(st: JobsState, now: float) -> list[Any]:
             st.asks[action.node_id] = action
         if d_state is not None:
             out.append(event("drain_progress", d_state.as_dict()))
-    for node_id, ask in list(st.asks.items()):
-        if st.world.handed_off(node_id):  # the task core is done with it: its tasks ended (or its grace)
-            del st.asks[node_id]
-            out.append(ask)
+    for node_id, ask in list(st.asks.items()):  # the drain waited for the node's tasks (or its deadline)
+        del st.asks[node_id]
+        out.append(ask)
     return out + rebalance(st, now)
 
 

@@ -34,7 +34,8 @@ class JobsWorld(Protocol):
         """The fleet's record of the node; None for a node the fleet does not hold."""
 
     def handed_off(self, node_id: str) -> bool:
-        """Whether the task core is done with a cordoned node (its running tasks ended, or its grace)."""
+        """Whether the task core is done with a draining node: its part of the drain (running tasks
+        finish, the node is marked draining in the registry) is not in progress and no call runs there."""
 
     def better_node(self, requirement: Requirement, ctx: PlacementContext) -> tuple[str, ComputeTier] | None:
         """Where a dry run would place ``requirement`` now, and that node's tier (None: nowhere)."""
