@@ -38,9 +38,14 @@ heartbeat's shape costs an actor that does nothing with it (the simulator proces
 1,000/s for ``--floor-s``): the floor under a heartbeat that is one Ray call. A size is sustained when
 its lag p99 stays under one heartbeat interval. With ``--search`` (and time left in ``--budget``)
 the fleet then grows past the largest size by doubling, then bisects, for ``largest_sustained``.
+Each size also says what the registry's kernel socket shed (``datagrams_shed``): past its wall the
+registry sheds heartbeats there, counted, instead of collapsing. ``--soak S`` then keeps the largest
+size running S seconds (``soak``: RSS and store size at its start and end, ``flat`` within 10 %);
+``--past-wall`` then runs at twice ``largest_sustained`` (``past_wall``: shed, lag, placements,
+``graceful``).
 
 Usage: scripts/bench_control_plane.py [--sizes 1000,5000,10000] [--window 60] [--heartbeat 5]
-       [--procs 2] [--rate 200] [--search] [--budget 1500] [--floor-s 10] [--json]
+       [--procs 2] [--rate 200] [--search] [--budget 1500] [--floor-s 10] [--soak S] [--past-wall] [--json]
 With ``--json`` the last line is ``{"sizes": {"1000": {...}, ...}, "largest_sustained": N,
 "ray_floor": {...}, ...}``.
 Progress goes to stderr.
@@ -65,6 +70,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fabric.testing.sim_probes import sim_process  # noqa: E402
+from fabric.testing import bench_phases as phases  # noqa: E402
 
 SETTLE_S = 10.0
 """After a fleet grows: let registrations and the first heartbeats settle before measuring."""
@@ -127,7 +133,7 @@ class Bench:
 
         opts = dict(namespace=NAMESPACE, num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=-1, max_task_retries=-1)
         as_dict = self.settings.model_dump(mode="json")
-        paths = configured_store_paths(self.settings)
+        paths = self.paths = configured_store_paths(self.settings)
         adapter = SimRayAdapter(self.table_path)
         self.registry = RegistryActor.options(name=REGISTRY, **opts).remote(str(paths.nodes), adapter)
         ray.get(self.registry.ping.remote(), timeout=120)
@@ -409,7 +415,9 @@ class Bench:
         acked = sum(after_sim[p][2]["acked"] - before_sim[p][2]["acked"] for p in after_sim)
         taken = after_channel.get("taken", 0) - before_channel.get("taken", 0)  # datagrams the registry took
         refused = {k: after_channel[k] - before_channel.get(k, 0) for k in after_channel
-                   if k not in ("taken", "received", "address", "last_refusal") and after_channel[k] - before_channel.get(k, 0)}
+                   if k not in ("taken", "received", "address", "last_refusal", "shed", "rcvbuf")
+                   and after_channel[k] - before_channel.get(k, 0)}
+        shed = (after_channel.get("shed") or 0) - (before_channel.get("shed") or 0)  # dropped by the kernel, unread
         acked += taken
         late = sum(after_sim[p][2]["late"] - before_sim[p][2]["late"] for p in after_sim)
         failed = sum(after_sim[p][2]["failed"] - before_sim[p][2]["failed"] for p in after_sim)
@@ -424,6 +432,7 @@ class Bench:
             "nodes": nodes, "fleet_in_scheduler": loop["fleet"], "window_s": round(elapsed, 1),
             "heartbeats_per_s": round(acked / elapsed, 1), "heartbeats_expected_per_s": round(nodes / self.args.heartbeat, 1),
             "heartbeats_late": late, "calls_failed": failed, "datagrams_taken": taken, "datagrams_refused": refused,
+            "datagrams_shed": shed, "shed_per_s": round(shed / elapsed, 1),
             "lag_p50_s": _r(pct(lag, 0.5)), "lag_p99_s": _r(lag_p99), "lag_samples": len(lag), "lag_missed": len(missed),
             "tick_p50_ms": loop["tick_p50_ms"], "tick_p99_ms": loop["tick_p99_ms"], "tick_max_ms": loop["tick_max_ms"],
             "ticks": loop["window"],
@@ -501,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transport", choices=("ray", "udp"), default="udp",
                     help="health.heartbeat_transport: heartbeats as Ray calls, or as signed datagrams (default)")
     ap.add_argument("--floor-s", type=float, default=10.0, help="seconds of the Ray floor measurement (0: skip)")
+    ap.add_argument("--soak", type=float, default=0.0, help="then run this many seconds at the largest size (RSS, store size)")
+    ap.add_argument("--past-wall", action="store_true", help="then run at twice largest_sustained (shed, not collapse)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.procs < 2:
@@ -510,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="bench-control-plane-"))
     results: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     floor = None
     largest, not_measured = 0, None
     bench = Bench(args, folder)
@@ -522,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
         sustained = [int(k) for k, r in results.items() if r["sustained"]]
         largest = max(sustained) if sustained else 0
         not_measured = None
+        if args.soak > 0:
+            window = args.window
+            extra["soak"] = phases.soak(bench, args.soak, [bench.paths.nodes], log)
+            args.window = window
         if args.search and largest == max(sizes):
             lo, hi = largest, None
             per_size = (time.monotonic() - t_start) / max(1, len(sizes))
@@ -540,12 +556,15 @@ def main(argv: list[str] | None = None) -> int:
             largest = lo
             if hi is None:
                 not_measured = "the time budget ended before a size failed: largest_sustained is a lower bound"
+        if args.past_wall and largest:
+            extra["past_wall"] = phases.past_wall(bench, 2 * largest, args.heartbeat)
     finally:
         bench.close()
         shutil.rmtree(folder, ignore_errors=True)
     doc = {"sizes": results, "largest_sustained": largest, "ray_floor": floor, "heartbeat_transport": args.transport, "heartbeat_interval_s": args.heartbeat,
            "placement_rate_per_s": args.rate, "window_s": args.window, "simulator_procs": args.procs,
            "run_s": round(time.monotonic() - t_start, 1)}
+    doc.update(extra)
     if not_measured:
         doc["not_measured"] = not_measured
     print(f"largest fleet sustained (lag p99 <= {args.heartbeat} s): {largest}")

@@ -24,7 +24,7 @@ FIELDS = {"nodes", "heartbeats_per_s", "lag_p50_s", "lag_p99_s", "tick_p50_ms", 
 def test_bench_control_plane_measures_each_size_and_prints_one_json_line():
     env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     out = subprocess.run([sys.executable, "scripts/bench_control_plane.py", "--sizes", "150,300", "--window", "12",
-                          "--heartbeat", "2", "--rate", "50", "--floor-s", "2", "--json"],
+                          "--heartbeat", "2", "--rate", "50", "--floor-s", "2", "--soak", "12", "--past-wall", "--json"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -44,5 +44,14 @@ def test_bench_control_plane_measures_each_size_and_prints_one_json_line():
     assert result["largest_sustained"] in (0, 150, 300)
     floor = result["ray_floor"]
     assert floor["calls"] > 0 and floor["actor_cpu_us_per_call"] > 0 and floor["max_calls_per_s_per_core"] > 0
+    assert all(row["datagrams_shed"] >= 0 for row in result["sizes"].values())  # the kernel's count is read
+    soak = result["soak"]
+    assert soak["seconds"] >= 12 and soak["nodes"] >= 300 and soak["windows"]
+    assert soak["store_bytes_start"] > 0 and set(soak["rss_mib_end"]) == {"registry", "health", "scheduler"}
+    assert isinstance(soak["flat"], bool)
+    if result["largest_sustained"]:
+        wall = result["past_wall"]
+        assert wall["size"] == 2 * result["largest_sustained"] and wall["nodes"] >= wall["size"]
+        assert wall["datagrams_shed"] >= 0 and isinstance(wall["graceful"], bool)
     assert "largest fleet sustained" in out.stdout
     assert "actors up:" in out.stderr  # progress on stderr

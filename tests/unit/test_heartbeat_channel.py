@@ -208,3 +208,44 @@ def test_a_probe_not_offered_the_channel_beats_over_ray_every_time():
     asyncio.run(go())
     assert len(registry.called("heartbeat")) == RAY_BEAT_EVERY and len(registry.called("heartbeat_channel")) == 1
     assert probe.info()["heartbeat_transport"] == "ray" and probe.info()["datagrams_sent"] == 0
+
+
+def test_past_its_wall_the_channel_sheds_in_the_kernel_and_says_how_many():
+    """A registry too busy to read: datagrams beyond its receive buffer are dropped by the kernel,
+    and ``kernel_drops`` (the channel's ``shed``) counts them; its buffer is the one asked for, or
+    what the kernel allows."""
+    import os
+    import socket
+
+    from actors.registry_channel import RCVBUF_BYTES, _tune, kernel_drops
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        inode, rcvbuf = _tune(rx)
+        assert inode == os.fstat(rx.fileno()).st_ino and rcvbuf > 0
+        assert kernel_drops(inode) == 0
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small buffer nobody reads
+        for _ in range(2000):
+            tx.sendto(b"x" * 150, rx.getsockname())
+        assert kernel_drops(inode) > 0
+        assert kernel_drops(None) is None and kernel_drops(inode, ("/nonexistent",)) is None
+    finally:
+        rx.close()
+        tx.close()
+    assert RCVBUF_BYTES >= 2**20
+
+
+def test_the_channels_stats_say_what_was_shed(tmp_path):
+    reg, _ = _registry(tmp_path)
+
+    async def go():
+        host = HeartbeatChannelHost(reg, host="127.0.0.1")
+        await host.offer(A)
+        st = host.stats()
+        assert st["shed"] == 0 and st["rcvbuf"] > 0
+        host.close()
+
+    asyncio.run(go())
+    reg.store.close()
