@@ -29,6 +29,36 @@ DRAIN_REASONS = ("IDLE_TERMINATION", "PREEMPTION")
 _GCS_TIMEOUT_S = 10.0
 
 
+class _Unanswerable(Exception):
+    """The GCS cannot be asked for one node here (no connected worker, an older Ray)."""
+
+
+def _gcs_alive_node(node_id: str) -> RayNodeView | None:
+    """The GCS's row of ``node_id`` when alive (``GetAllNodeInfo`` with a node selector and the
+    ALIVE state filter, as Ray's own ``services`` does), as ``ray.nodes()`` would show it."""
+    try:
+        from ray._private.worker import global_worker
+        from ray.core.generated.gcs_pb2 import GcsNodeInfo
+        from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+
+        client = global_worker.gcs_client
+        wanted = bytes.fromhex(node_id)
+    except Exception as exc:  # not connected, an older Ray, not a node id
+        raise _Unanswerable(str(exc)) from exc
+    try:
+        rows = client.get_all_node_info(timeout=_GCS_TIMEOUT_S,
+                                        node_selectors=[GetAllNodeInfoRequest.NodeSelector(node_id=wanted)],
+                                        state_filter=GcsNodeInfo.GcsNodeState.ALIVE)
+    except TypeError as exc:  # a Ray whose client takes no selectors
+        raise _Unanswerable(str(exc)) from exc
+    for info in rows.values():
+        if info.node_id == wanted and info.state == GcsNodeInfo.GcsNodeState.ALIVE:
+            return RayNodeView(node_id=node_id, alive=True, labels=dict(info.labels),
+                               resources=dict(info.resources_total), hostname=info.node_manager_hostname or "",
+                               address=info.node_manager_address or "")
+    return None
+
+
 class RayAdapter:
     """Ray, as the fleet actors use it."""
 
@@ -39,7 +69,13 @@ class RayAdapter:
         return [RayNodeView.from_ray(row) for row in ray.nodes()]
 
     def alive_node(self, node_id: str) -> RayNodeView | None:
-        """The alive node ``node_id``, or None when Ray does not know it alive."""
+        """The alive node ``node_id``, or None when Ray does not know it alive: one row asked of the
+        GCS by id (the registry asks at every registration and re-probe; reading the whole table
+        each time would cost O(fleet) per call), the whole table only where that is not possible."""
+        try:
+            return _gcs_alive_node(node_id)
+        except _Unanswerable:
+            pass
         for node in self.list_nodes():
             if node.node_id == node_id and node.alive:
                 return node

@@ -94,3 +94,23 @@ def test_unknown_and_head_nodes_are_refused_without_asking_ray(lf):
     ok, why = adapter.drain_node(head, "IDLE_TERMINATION")
     assert not ok and "head node" in why
     assert row(head)["Alive"] and not adapter.is_draining(head)
+
+
+def test_alive_node_asks_the_gcs_for_one_row_that_agrees_with_the_table(lf, monkeypatch):
+    """The registry looks a node up at every registration and re-probe: one row by id, not the
+    whole table (the table is not read at all here), the same view ``list_nodes`` gives."""
+    adapter = RayAdapter()
+    table = {n.node_id: n for n in adapter.list_nodes()}
+    alive = [n for n in table.values() if n.alive]
+    dead = [n for n in table.values() if not n.alive]
+    assert alive and dead  # the head and edge-relay alive; cpu-only-box drained by the first test
+
+    def no_table(self):
+        raise AssertionError("alive_node read the whole node table")
+
+    monkeypatch.setattr(RayAdapter, "list_nodes", no_table)
+    for n in alive:
+        assert adapter.alive_node(n.node_id) == n
+    for n in dead:
+        assert adapter.alive_node(n.node_id) is None
+    assert adapter.alive_node("ab" * 28) is None  # an id Ray never knew
