@@ -79,14 +79,25 @@ def fleet_payloads(size: int, seed: int = 13, start: int = 0) -> list[tuple[str,
 
 
 class SimNodeTable:
-    """The simulated rows of the node table, in a file: one writer (``write``), any number of
-    readers (``rows``), each reloading only when the file changed."""
+    """The simulated rows of the node table, in files: one writer (``write``), any number of
+    readers (``rows``). The table is a base file, rewritten only when much changed, and a small
+    delta file beside it (the rows changed or gone since the base): a reader reloads the base only
+    when it was rewritten and otherwise applies the delta, so following churn costs a reader
+    about what changed, as following Ray's own table would, not a whole table per change."""
+
+    REBASE_SHARE = 0.05
+    """The delta grows to this share of the table (at least ``REBASE_MIN`` rows), then the base is rewritten."""
+    REBASE_MIN = 200
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._stamp: tuple[int, int] | None = None
+        self.delta_path = self.path.with_name(self.path.name + ".delta")
+        self._stamps: tuple[tuple[int, int, int] | None, tuple[int, int, int] | None] = (None, None)
+        self._base: dict[str, RayNodeView] = {}
         self._rows: dict[str, RayNodeView] = {}
         self._listed: list[RayNodeView] = []
+        self._written: dict[str, RayNodeView] | None = None
+        """The writer's last base (None: none written by this instance)."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path}
@@ -95,24 +106,60 @@ class SimNodeTable:
         self.__init__(state["path"])  # type: ignore[misc]
 
     def write(self, rows: dict[str, RayNodeView]) -> None:
-        """Replace the table (atomically: readers see the old one or the new one)."""
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".sim-nodes-")
+        """Replace the table (atomically: readers see the old one or the new one): the delta from
+        the last base when it is small, else a new base and an empty delta."""
+        base = self._written
+        if base is not None:
+            delta: dict[str, RayNodeView | None] = {k: v for k, v in rows.items() if base.get(k) is not v and base.get(k) != v}
+            delta.update({k: None for k in base if k not in rows})
+            if len(delta) <= max(self.REBASE_MIN, int(self.REBASE_SHARE * len(rows))):
+                self._dump(self.delta_path, delta)
+                return
+        self._dump(self.delta_path, {})  # readers of the new base must not apply the old delta to it
+        self._dump(self.path, rows)
+        self._dump(self.delta_path, {})
+        self._written = dict(rows)
+
+    def _dump(self, path: Path, obj: Any) -> None:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sim-nodes-")
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(rows, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, self.path)
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, int, int] | None:
+        """Inode, mtime and size: every write is a new file (``os.replace``), so a new inode."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def rows(self) -> dict[str, RayNodeView]:
         """Node id -> row, as last written."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return {}
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp != self._stamp:
+        stamps = (self._stamp(self.path), self._stamp(self.delta_path))
+        if stamps == self._stamps:
+            return self._rows
+        if stamps[0] is None:
+            self._stamps, self._base, self._rows, self._listed = stamps, {}, {}, []
+            return self._rows
+        if stamps[0] != self._stamps[0]:
             with open(self.path, "rb") as f:
-                self._rows = pickle.load(f)
-            self._listed = list(self._rows.values())
-            self._stamp = stamp
+                self._base = pickle.load(f)
+        delta: dict[str, RayNodeView | None] = {}
+        if stamps[1] is not None:
+            try:
+                with open(self.delta_path, "rb") as f:
+                    delta = pickle.load(f)
+            except (FileNotFoundError, EOFError):
+                delta = {}
+        rows = dict(self._base)
+        for k, v in delta.items():
+            if v is None:
+                rows.pop(k, None)
+            else:
+                rows[k] = v
+        self._rows, self._listed, self._stamps = rows, list(rows.values()), stamps
         return self._rows
 
     def listed(self) -> list[RayNodeView]:
