@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 _UPSERT = ("INSERT INTO nodes(node_id, name, status, last_seen, record) VALUES (?,?,?,?,?) "
            "ON CONFLICT(node_id) DO UPDATE SET name=excluded.name, status=excluded.status, "
            "last_seen=excluded.last_seen, record=excluded.record")
+_HEARTBEAT = ("UPDATE nodes SET last_seen=?, record=json_set(record, '$.last_seen', json(?), '$.utilization', json(?)) "
+              "WHERE node_id=?")
 _PUT_JSON = "INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
 _COLLECT = "INSERT OR REPLACE INTO collected(node_id, name, collected_at, record) VALUES (?,?,?,?)"
 _by_name = operator.attrgetter("name", "node_id")
@@ -353,18 +355,27 @@ class FabricStore:
             return self._flush()
 
     def _flush(self) -> int:
+        """Only a heartbeat's two fields go: ``last_seen`` and ``utilization`` are set inside the
+        stored JSON (SQLite's ``json_set``, the values as their exact JSON text), so a flush does not
+        serialise whole records; a record whose row is missing is written whole."""
         if not self._dirty:
             return 0
-        rows = [_row(self._records[node_id]) for node_id in self._dirty]
+        records = [self._records[node_id] for node_id in self._dirty]
+        beats = [(r.last_seen, repr(float(r.last_seen)), r.utilization.model_dump_json(), r.node_id) for r in records]
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.executemany(_UPSERT, rows)
+            try:
+                whole = self._conn.executemany(_HEARTBEAT, beats).rowcount != len(beats)  # a row not there
+            except sqlite3.OperationalError:  # an SQLite built without its JSON functions
+                whole = True
+            if whole:
+                self._conn.executemany(_UPSERT, [_row(r) for r in records])
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
         self._dirty.clear()
-        return len(rows)
+        return len(records)
 
     def last_seen(self) -> dict[str, float]:
         """Latest heartbeat per node id (as stored: pending heartbeats are written first)."""

@@ -173,3 +173,26 @@ def test_a_row_that_does_not_validate_still_raises_when_read(tmp_path):
 def test_heartbeat_flush_s_must_be_positive(tmp_path):
     with pytest.raises(ValueError):
         FabricStore(tmp_path / "f.db", heartbeat_flush_s=0)
+
+
+def test_a_flush_sets_only_the_heartbeats_fields_in_the_stored_json_exactly(behind):
+    store, path = behind
+    store.upsert(rec("n1", "alpha", last_seen=1.0))
+    store.upsert(rec("n2", "beta", last_seen=1.0))
+    store.touch("n1", 1733390000.1234567, Utilization(cpu_percent=0.1 + 0.2, memory_percent=40.0))
+    store.touch("n2", 1733390001.5, Utilization(cpu_percent=12.5))
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM nodes WHERE node_id='n2'")  # a row gone from under the cache: written whole
+    conn.commit()
+    conn.close()
+    expected = {n: store.get(n) for n in ("n1", "n2")}
+    assert store.flush() == 2
+    store.close()
+    again = FabricStore(path)
+    try:
+        for node_id, want in expected.items():
+            got = again.get(node_id)
+            assert got == want and got.last_seen == want.last_seen and got.utilization == want.utilization
+        assert on_disk(path, "n1") == 1733390000.1234567
+    finally:
+        again.close()
