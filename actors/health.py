@@ -71,6 +71,8 @@ class HealthMonitor:
         self.subscribers: dict[str, str] = {}
         self._unapplied: list[Any] = []
         self._unannounced: list[Any] = []
+        self._flaps_written: dict[str, Any] | None = None
+        """The flap document last written to the registry (a write that would change nothing is skipped)."""
         self.started_at = clock()
         self.last_error: str | None = None
         self._ready = asyncio.Event()
@@ -160,8 +162,10 @@ class HealthMonitor:
         if self._unapplied:
             flaps_changed = any(isinstance(e, (NodeLost, NodeRecovered, NodeAdded, NodeFlapHeld, NodeFlapReleased)) for e in self._unapplied)
             await self._apply(registry)
-            if flaps_changed:
-                await registry.put_state.remote(_FLAPS_KEY, self.policy.flaps_json())
+            flaps = self.policy.flaps_json() if flaps_changed else None
+            if flaps is not None and flaps != self._flaps_written:  # what a restart needs changed
+                await registry.put_state.remote(_FLAPS_KEY, flaps)
+                self._flaps_written = flaps
         by_id = {r.node_id: r for r in rows}
         announce, self._unannounced = self._unannounced, []
         if announce:

@@ -417,3 +417,21 @@ def test_restart_backoff_settings_are_checked():
         ProbeRestarts(initial_backoff_s=0.0, clock=ManualClock())
     with pytest.raises(ValueError):
         ProbeRestarts(initial_backoff_s=10.0, max_backoff_s=1.0, clock=ManualClock())
+
+
+def test_the_flap_document_keeps_only_what_a_restart_needs():
+    """Every node has a flap history, but only names that toggled, are held or are offline go into
+    the document the monitor writes (10,000 online nodes would otherwise rewrite 10,000 entries on
+    every join); a restored monitor still counts the kept toggles toward a hold."""
+    h = Harness()
+    h.join("a1", name="steady")
+    h.join("b1", name="gone")
+    h.kill("b1")
+    h.join("c1", name="flappy")
+    h.kill("c1")
+    h.join("c2", name="flappy")  # back: a toggle each way
+    doc = h.policy.flaps_json()
+    assert set(doc) == {"gone", "flappy"} and doc["gone"]["online"] is False and doc["flappy"]["toggles"]
+    fresh = HealthPolicy(SEED, clock=h.clock)
+    fresh.restore([NodeHealth(**vars(n)) for n in h.policy.nodes.values()], doc)
+    assert fresh.flaps_json() == doc and "steady" not in fresh.flaps

@@ -206,7 +206,12 @@ class HealthPolicy:
         self.collected.update(collected)
 
     def flaps_json(self) -> dict[str, dict[str, Any]]:
-        return {name: hist.to_json() for name, hist in self.flaps.items()}
+        """The flap histories worth keeping across a restart: each name that toggled, is held, or
+        is offline. A name online with no toggle is left out (a fresh history of it, made at its
+        next observation, is the same), so the document stays as small as the flapping part of the
+        fleet, not the fleet."""
+        return {name: hist.to_json() for name, hist in self.flaps.items()
+                if hist.toggles or hist.held_until is not None or hist.online is False}
 
     def validate_state(self) -> None:
         """Invariants; tests call it after every step."""
