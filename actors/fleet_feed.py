@@ -284,7 +284,9 @@ class FleetFeed:
         now = self.clock()
         if self._ray_due(now, changes):
             self._ray_read_at, self._ray_wanted = now, False
-            changes += self.mirror.observe_ray(self.adapter.list_nodes(), now)
+            # O(fleet) (Ray's whole node table, read and compared): off the loop, which keeps
+            # answering placements meanwhile; nothing else touches the mirror while a poll runs
+            changes += await asyncio.to_thread(lambda: self.mirror.observe_ray(self.adapter.list_nodes(), now))
         self.outsiders = self.mirror.outsiders()
         return changes
 
