@@ -19,7 +19,8 @@ from typing import Any
 from fabric.rayio.heartbeat_channel import RAY_BEAT_EVERY, HeartbeatSender
 
 MAX_INFLIGHT = 256
-"""Calls one simulator process keeps in flight at most (more waits: it fell behind)."""
+"""Ray calls one simulator process keeps in flight at most (more wait: it fell behind). A beat due as a
+datagram is sent all the same: a real probe's datagram waits for no other node's call."""
 
 __all__ = ["MAX_INFLIGHT", "SimNodes", "sim_process"]
 
@@ -109,6 +110,11 @@ class SimNodes:
         finally:
             self.inflight -= 1
 
+    def _datagram_next(self, node_id: str, now: float) -> bool:
+        """Whether ``node_id``'s next beat goes as a datagram (no Ray call, nothing to wait for)."""
+        return (node_id in self.registered and node_id in self.channel and now < self.next_report.get(node_id, 0.0)
+                and (self.nbeat.get(node_id, 0) + 1) % RAY_BEAT_EVERY != 0)
+
     def _send(self, node_id: str, now: float) -> None:
         caps = self.caps[node_id]
         step = self.steps.pop(node_id, None)
@@ -156,7 +162,9 @@ class SimNodes:
                     continue
                 self.command(cmd)
             now = time.monotonic()
-            while self.heap and self.heap[0][0] <= now and self.inflight < MAX_INFLIGHT:
+            while self.heap and self.heap[0][0] <= now:
+                if self.inflight >= MAX_INFLIGHT and not self._datagram_next(self.heap[0][1], now):
+                    break  # Ray calls wait for room; a datagram, as a probe sends it, waits for nobody
                 due, node_id = heapq.heappop(self.heap)
                 if node_id not in self.caps:
                     continue  # it left
