@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import pickle
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from actors.bundle_ops import BundleOps, new_job_id
 from actors.drains import DrainRunner
@@ -98,6 +99,8 @@ class JobRunner:
         self.bundles = BundleOps(self)
         """The bundles whose jobs this runner files (``actors.bundle_ops``)."""
         self.drains = DrainRunner(ray_drain or SchedulerRayDrain(scheduler), self)
+        self._batched = 0
+        """Open ``batch`` blocks: writes wait for the outermost one's end."""
         self._load()
 
     @property
@@ -162,8 +165,25 @@ class JobRunner:
                 p = self.payloads[job_id] = pickle.loads(raw)
         return p
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Write once, at the end, what the stimuli handled inside change (the scheduler's poll of
+        the fleet: a page of joins and losses, each once a transaction). The block holds no await,
+        so nobody reads the log or the books before the write."""
+        self._batched += 1
+        try:
+            yield
+        finally:
+            self._batched -= 1
+            if not self._batched:
+                self.persist()
+
     def persist(self, new_payloads: dict[str, tuple[bytes, bytes]] | None = None) -> None:
-        """Write what changed (jobs, bundles, sagas, drains, notices, events) in one transaction each."""
+        """Write what changed (jobs, bundles, sagas, drains, notices, events) in one transaction each
+        (inside ``batch``: at its end)."""
+        if self._batched:
+            self._unwritten.update(new_payloads or {})
+            return
         new_payloads = {**self._unwritten, **(new_payloads or {})}
         self._unwritten = {}
         jobs = []

@@ -17,6 +17,7 @@ oversubscription meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import Any, Callable
@@ -79,11 +80,9 @@ class Scheduler:
         self._outsiders_sent: dict[str, Any] | None = None
         self._started = time.time()
         self._ready = asyncio.Event()
-        self.jobs: JobRunner | None = jobs(self) if callable(jobs) else (
+        self.jobs: JobRunner | None = jobs(self) if callable(jobs) else (  # None: unit tests that drive no jobs
             JobRunner.for_scheduler(self) if jobs is None and run_loop else jobs)
-        self.moves = MoveRequests(self.core, self._runner)
-        """Migrations, drains, evictions and reclaim notices, checked and handed to the job runner."""
-        """The long-running jobs (``actors.jobs.JobRunner``); None in unit tests that drive no jobs."""
+        self.moves = MoveRequests(self.core, self._runner)  # migrations, drains, evictions, notices: checked, handed on
         self.provisioner = Provisioner(self, providers)
         """Provider calls (``actors.provisioner``): the core's ``ProvisionNode`` / ``TerminateNode``."""
         if self.jobs is not None and run_loop:  # the providers' instances are kept beside the jobs
@@ -133,26 +132,27 @@ class Scheduler:
         if outsiders != self._outsiders_sent:
             self._carry_out(self.core.handle(OutsidersSeen(outsiders)))
             self._outsiders_sent = outsiders
-        for change in changes:
-            stimulus = stimulus_for(change)
-            if stimulus is not None and self.jobs is not None:  # the fleet's node events, in the one log
-                for kind, data in fleet_events(change, self.core.fleet.get(change.node_id)):
-                    self.jobs.emit(kind, data, stimulus.stimulus_id)
-            if isinstance(stimulus, NodeJoined):
-                stimulus = self._claimed(stimulus)
-                self.provisioner.registered(stimulus.record.instance_id)
-                tags = {**self.spare_tags.get(stimulus.record.node_id, {}), **self.raised.get(stimulus.record.node_id, {})}
-                if tags:  # a node that comes back keeps the tags written for it
-                    stimulus = NodeJoined(stimulus.record.evolve(**tags), stimulus.cause, stimulus_id=stimulus.stimulus_id)
-            elif change.kind == "lost":
-                self.spare_tags.pop(change.node_id, None)
-                self.raised.pop(change.node_id, None)
-            if stimulus is not None:
-                self._carry_out(self.core.handle(stimulus))
-            if change.kind == "lost" and self.jobs is not None:
-                self.jobs.node_lost(change.node_id)
-            elif change.kind == "joined" and self.jobs is not None:
-                self.jobs.node_joined()
+        with self.jobs.batch() if self.jobs is not None else contextlib.nullcontext():  # written once, before any await
+            for change in changes:
+                stimulus = stimulus_for(change)
+                if stimulus is not None and self.jobs is not None:  # the fleet's node events, in the one log
+                    for kind, data in fleet_events(change, self.core.fleet.get(change.node_id)):
+                        self.jobs.emit(kind, data, stimulus.stimulus_id)
+                if isinstance(stimulus, NodeJoined):
+                    stimulus = self._claimed(stimulus)
+                    self.provisioner.registered(stimulus.record.instance_id)
+                    tags = {**self.spare_tags.get(stimulus.record.node_id, {}), **self.raised.get(stimulus.record.node_id, {})}
+                    if tags:  # a node that comes back keeps the tags written for it
+                        stimulus = NodeJoined(stimulus.record.evolve(**tags), stimulus.cause, stimulus_id=stimulus.stimulus_id)
+                elif change.kind == "lost":
+                    self.spare_tags.pop(change.node_id, None)
+                    self.raised.pop(change.node_id, None)
+                if stimulus is not None:
+                    self._carry_out(self.core.handle(stimulus))
+                if change.kind == "lost" and self.jobs is not None:
+                    self.jobs.node_lost(change.node_id)
+            if self.jobs is not None and any(c.kind == "joined" for c in changes):
+                self.jobs.node_joined()  # new capacity: the waiting jobs are placed once for the whole poll
         if changes:
             self._export_gauges()
         self._ready.set()

@@ -348,3 +348,42 @@ def test_a_restarted_runner_rolls_a_migration_back_and_kills_the_target_it_left(
         assert isinstance(rec.binding, Binding) and runner.book.validate_state() == []
 
     asyncio.run(second_life())
+
+
+def test_a_poll_of_many_fleet_changes_is_written_once_and_places_waiting_jobs_once(tmp_path):
+    """A page of joins and losses (thousands at fleet scale) is one write of the job store, not one
+    or two per change; every change's event is in it, in order, and nothing is lost."""
+    clock, launcher = Clock(), FakeLauncher()
+    page = [joined(f"m{i}", "cpu_ffmpeg") for i in range(20)]
+
+    async def go():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        store = sched.jobs.store
+        writes = {"state": 0, "events": 0}
+        write, append = store.write, store.append_events
+
+        def counted_write(*a, **kw):
+            writes["state"] += 1
+            return write(*a, **kw)
+
+        def counted_append(events):
+            writes["events"] += 1
+            return append(events)
+
+        store.write, store.append_events = counted_write, counted_append
+        handled = sched.jobs.core.stimuli_handled
+        before = sched.jobs.seq
+        sched.feed.batches.append(page)
+        await sched._sync()
+        assert writes["events"] == 1 and writes["state"] <= 1
+        assert sched.jobs.core.stimuli_handled - handled == 1  # one CapacityJoined for the whole page
+        assert sched.jobs.seq - before == 20 and [seq for seq, _ in store.events(before)] == list(range(before + 1, before + 21))
+        from actors.fleet_feed import FleetChange
+
+        sched.feed.batches.append([FleetChange("lost", f"m{i}", cause="ray: node dead") for i in range(20)])
+        await sched._sync()  # each loss is a stimulus of the jobs core; the page is still one write
+        assert writes["events"] == 2 and sched.jobs.seq - before == 40
+        assert [seq for seq, _ in store.events(before)] == list(range(before + 1, before + 41))
+
+    asyncio.run(go())
