@@ -30,9 +30,14 @@ trials; the goal is ``fabric_recovery_s <= 1.2 x ray_recovery_s`` and ``<= ray_d
 the scheduler); ``jobs_placed_per_s`` is jobs / seconds from the first submit until every one is
 bound to a node (state ``starting`` or ``running`` in ``h.jobs()``), ``jobs_running_per_s`` the
 same until every one is ``running`` (its Ray actor started and its constructor returned). Then all
-are stopped, and the baseline runs: as many plain Ray actors of the same shape (0.5 CPU, Ray's own
-scheduling), timed until every one answers a call (``ray_actors_running_per_s``): what starting
-that many worker processes costs on this machine without the fabric.
+are stopped, and two baselines run: as many Ray actors given what a job's instance is given
+(detached, named, hard-pinned to the nodes the jobs ran on, one fabric slot and 0.5 CPU, the hooks'
+concurrency group: ``shaped_actors_running_per_s``, ``running_ratio_to_shaped``), then as many plain
+Ray actors of the same shape (0.5 CPU, Ray's own scheduling: ``ray_actors_running_per_s``,
+``running_ratio_to_ray``), each timed until every one answers a call: what starting that many
+worker processes costs on this machine without the fabric. Each submit is timed (p50, p99, max),
+and so is the scheduler's own loop meanwhile (``scheduler_tick_p99_ms``: a submit that blocked the
+loop would show there).
 
 Memory: each running job is a Ray worker process, about 50 MB of its own (PSS; measured on one
 job before the placement phase and printed), so 200 jobs are about 10 GB: the issue's 200 is the
@@ -272,8 +277,18 @@ def jobs_that_fit(wanted: int, per_job_mb: float, share: float) -> int:
     return max(1, min(wanted, int(available_mb * share / max(per_job_mb, 1.0))))
 
 
+def scheduler_client(lf: LocalFabric) -> Any:
+    """The scheduler's typed client (its loop's tick times)."""
+    from fabric.core.names import NAMESPACE, SCHEDULER
+    from fabric.rayio.scheduler_client import SchedulerClient
+
+    return SchedulerClient(ray.get_actor(SCHEDULER, namespace=NAMESPACE), lambda ref, timeout: ray.get(ref, timeout=timeout or 60))
+
+
 def placement(lf: LocalFabric, n: int, timeout_s: float) -> dict[str, Any]:
     bound_states = {JobState.STARTING, JobState.RUNNING}
+    sched = scheduler_client(lf)
+    sched.loop_stats(reset=True)
     t0 = time.monotonic()
     handles, latencies = [], []
     for _ in range(n):
@@ -293,6 +308,8 @@ def placement(lf: LocalFabric, n: int, timeout_s: float) -> dict[str, Any]:
             if len(states) == n and all(s == JobState.RUNNING for s in states):
                 running_s = now
                 placed_s = placed_s if placed_s is not None else now
+                loop = sched.loop_stats()
+                nodes = [st.node_id for st in lf.handle.jobs() if st.job_id in ids]
             if now > timeout_s:
                 raise RuntimeError(f"{n} jobs not all running after {timeout_s:g} s: {tally(lf, ids)}")
             if now > shown + 15:
@@ -302,7 +319,39 @@ def placement(lf: LocalFabric, n: int, timeout_s: float) -> dict[str, Any]:
     finally:
         stop_all(lf, handles)
     return {"submit_s": submitted, "placed_s": placed_s, "running_s": running_s,
-            "submit_p50_s": statistics.median(latencies), "submit_max_s": max(latencies)}
+            "submit_p50_s": statistics.median(latencies), "submit_p99_s": quantile(latencies, 0.99),
+            "submit_max_s": max(latencies), "tick_p99_ms": loop["tick_p99_ms"], "tick_max_ms": loop["tick_max_ms"],
+            "nodes": nodes}
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@ray.remote(concurrency_groups={"fabric": 8})
+class RayShaped:
+    """What a job's instance is given, without the fabric: a detached, named actor hard-pinned to
+    a node, one ``fabric.slots`` and the job's CPUs, ``max_restarts=0``, the hooks' concurrency group."""
+
+    def ping(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def shaped_placement(nodes: list[str], timeout_s: float) -> float:
+    """Seconds until one shaped actor per entry of ``nodes`` (the nodes the jobs ran on) answers a call."""
+    from fabric.core.names import SLOTS_RESOURCE
+
+    t0 = time.monotonic()
+    actors = [RayShaped.options(name=f"bench.shaped.{i}", namespace="bench-jobs", lifetime="detached", max_restarts=0,
+                                max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                                resources={SLOTS_RESOURCE: 1}, num_cpus=0.5).remote() for i, node in enumerate(nodes)]
+    try:
+        ray.get([a.ping.remote() for a in actors], timeout=timeout_s)
+        return time.monotonic() - t0
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
 
 
 @ray.remote
@@ -412,6 +461,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"placement of {jobs} jobs: submitted in {p['submit_s']:.2f} s (one submit: median {p['submit_p50_s']:.3f} s, "
               f"max {p['submit_max_s']:.2f} s), all bound in {p['placed_s']:.2f} s ({placed_rate:.1f} jobs/s), all running in "
               f"{p['running_s']:.2f} s ({running_rate:.1f} jobs/s)", flush=True)
+        print(f"  one submit: p99 {p['submit_p99_s']:.3f} s; the scheduler's tick meanwhile: p99 {p['tick_p99_ms']} ms, "
+              f"max {p['tick_max_ms']} ms", flush=True)
+        time.sleep(2.0)  # the jobs' workers exit
+        shaped_s = shaped_placement(p["nodes"], args.timeout)
+        shaped_rate = jobs / shaped_s
+        print(f"shaped Ray, {jobs} detached named actors pinned where the jobs ran, one slot each: all answering in "
+              f"{shaped_s:.2f} s ({shaped_rate:.1f} actors/s); fabric running rate / shaped {running_rate / shaped_rate:.2f}",
+              flush=True)
+        time.sleep(2.0)
         ray_start_s = ray_placement(jobs, args.timeout)
         ray_rate = jobs / ray_start_s
         print(f"plain Ray, {jobs} actors of the same shape: all answering in {ray_start_s:.2f} s ({ray_rate:.1f} actors/s); "
@@ -424,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
             "fabric_trials_s": [round(f["recovery_s"], 3) for f in fabric_runs],
             "ray_trials_s": [round(r["recovery_s"], 3) for r in ray_runs],
             "ray_actors_running_per_s": round(ray_rate, 2), "running_ratio_to_ray": round(running_rate / ray_rate, 3),
+            "shaped_actors_running_per_s": round(shaped_rate, 2), "running_ratio_to_shaped": round(running_rate / shaped_rate, 3),
+            "submit_p99_s": round(p["submit_p99_s"], 4), "scheduler_tick_p99_ms": p["tick_p99_ms"],
+            "scheduler_tick_max_ms": p["tick_max_ms"],
             "submit_p50_s": round(p["submit_p50_s"], 4), "submit_max_s": round(p["submit_max_s"], 3),
             "submit_s": round(p["submit_s"], 3), "placed_s": round(p["placed_s"], 3), "running_s": round(p["running_s"], 3),
         }

@@ -29,5 +29,12 @@ def test_bench_jobs_prints_its_figures_and_one_json_line():
         assert isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0, (key, value)
     assert result["jobs"] == 10 and result["jobs_asked"] == 10  # ten jobs fit any machine this runs on
     assert result["recovery_ratio_to_ray"] == pytest.approx(result["fabric_recovery_s"] / result["ray_recovery_s"], rel=0.01)
+    for key in ("shaped_actors_running_per_s", "running_ratio_to_shaped", "submit_p99_s"):
+        assert isinstance(result[key], float) and result[key] > 0, (key, result[key])
+    assert result["running_ratio_to_shaped"] == pytest.approx(
+        result["jobs_running_per_s"] / result["shaped_actors_running_per_s"], rel=0.02)
+    assert result["submit_p50_s"] <= result["submit_p99_s"] <= result["submit_max_s"]
+    assert result["scheduler_tick_p99_ms"] <= result["scheduler_tick_max_ms"]
     text = out.stdout
+    assert "shaped Ray, 10 detached named actors" in text
     assert "trial 1 fabric:" in text and "trial 1 ray:" in text and "placement of 10 jobs" in text
