@@ -1,17 +1,13 @@
 """A node's drain of its jobs, and a provider's interruption notice as a forced drain (seed 000
 § Drain / cordon, § Spot interruption; issue 16). Pure: time comes in as ``now``.
 
-A node has one drain, and this is its lifecycle: whoever asks (``fabric drain``, a reclaim notice,
-the scheduler's own ``drain`` call) starts a ``NodeDrain`` here. It cordons the node (the caller's
-part: the task core cordons it and counts its running calls), starts a migration for every job on
-it and, once every job is off *and* the node's running tasks have finished (the task core hands the
-node off, marking it draining in the registry; ``step``'s ``tasks_done``), asks Ray to drain the
-node. Its phases (``NodeDrainPhase``): ``migrating`` (migrations being started) -> ``waiting`` (for
-the jobs to leave and the running tasks to finish: ``tasks_finishing`` once only tasks are left) ->
-``draining`` (every job off, every task ended or the deadline passed, and Ray was asked:
-``AskRayToDrain``) -> ``done`` (Ray accepted) or ``failed`` (Ray refused; its message is the
-reason). The task core's own book (``fabric.core.scheduling.drain``) is the tasks part of this
-drain, carried out for it; it is never the node's drain on its own. At the timeout a drain with ``force`` stops what has not moved
+A node has one drain, its ``NodeDrain`` here, whoever asks (``fabric drain``, a reclaim notice, the
+scheduler's ``drain``). It cordons the node (the caller's part: the task core cordons it and counts
+its calls; ``fabric.core.scheduling.drain`` is that tasks part), migrates every job on it, and once
+every job is off *and* the running tasks ended (``step``'s ``tasks_done``) asks Ray to drain it.
+Phases (``NodeDrainPhase``): ``migrating`` -> ``waiting`` (jobs leave, tasks finish:
+``tasks_finishing`` once only tasks are left) -> ``draining`` (Ray was asked: ``AskRayToDrain``)
+-> ``done`` (Ray accepted) or ``failed`` (Ray refused; its message is the reason). At the timeout a drain with ``force`` stops what has not moved
 (``ForceStop``: those jobs are ``terminated`` and recovered by their policy) and then asks Ray;
 one without ends ``partial``, the jobs still there ``stuck``. An uncordon withdraws a drain Ray
 was not yet asked about (``cancelled``); migrations in flight run to their end.
@@ -254,8 +250,7 @@ class NodeDrain:
         self.reason = ""
         self.ray_drain: str | None = None
         self.ended_at: float | None = None
-        self.tasks_finishing = False
-        """Every job is off the node and its running tasks are finishing: Ray is asked once they end."""
+        self.tasks_finishing = False  # every job off, its running tasks finishing: Ray is asked once they end
         self.history: list[tuple[NodeDrainPhase, float, str]] = [(NodeDrainPhase.MIGRATING, self.started, "")]
         self._jobs: dict[str, DrainJob] = {j: DrainJob(j, JobDrainStatus.MIGRATING) for j in ids}
 
