@@ -338,20 +338,26 @@ class RayShaped:
         return ray.get_runtime_context().get_node_id()
 
 
-def shaped_placement(nodes: list[str], timeout_s: float) -> float:
-    """Seconds until one shaped actor per entry of ``nodes`` (the nodes the jobs ran on) answers a call."""
-    from fabric.core.names import SLOTS_RESOURCE
-
+def answering_s(start: Callable[[], list[Any]], timeout_s: float) -> float:
+    """Seconds from starting the actors ``start`` makes until every one answers ``ping``; they are killed after."""
     t0 = time.monotonic()
-    actors = [RayShaped.options(name=f"bench.shaped.{i}", namespace="bench-jobs", lifetime="detached", max_restarts=0,
-                                max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                                resources={SLOTS_RESOURCE: 1}, num_cpus=0.5).remote() for i, node in enumerate(nodes)]
+    actors = start()
     try:
         ray.get([a.ping.remote() for a in actors], timeout=timeout_s)
         return time.monotonic() - t0
     finally:
         for a in actors:
             ray.kill(a, no_restart=True)
+
+
+def shaped_placement(nodes: list[str], timeout_s: float) -> float:
+    """Seconds until one shaped actor per entry of ``nodes`` (the nodes the jobs ran on) answers a call."""
+    from fabric.core.names import SLOTS_RESOURCE
+
+    return answering_s(lambda: [
+        RayShaped.options(name=f"bench.shaped.{i}", namespace="bench-jobs", lifetime="detached", max_restarts=0,
+                          max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                          resources={SLOTS_RESOURCE: 1}, num_cpus=0.5).remote() for i, node in enumerate(nodes)], timeout_s)
 
 
 @ray.remote
@@ -363,14 +369,7 @@ class RayPlain:
 def ray_placement(n: int, timeout_s: float) -> float:
     """Seconds until ``n`` plain Ray actors of the jobs' shape (0.5 CPU, Ray's own scheduling) all
     answer a call: the same worker processes started by Ray alone, on the same fleet."""
-    t0 = time.monotonic()
-    actors = [RayPlain.options(num_cpus=0.5).remote() for _ in range(n)]
-    try:
-        ray.get([a.ping.remote() for a in actors], timeout=timeout_s)
-        return time.monotonic() - t0
-    finally:
-        for a in actors:
-            ray.kill(a, no_restart=True)
+    return answering_s(lambda: [RayPlain.options(num_cpus=0.5).remote() for _ in range(n)], timeout_s)
 
 
 def tally(lf: LocalFabric, ids: set[str]) -> dict[str, int]:
@@ -485,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             "shaped_actors_running_per_s": round(shaped_rate, 2), "running_ratio_to_shaped": round(running_rate / shaped_rate, 3),
             "submit_p99_s": round(p["submit_p99_s"], 4), "scheduler_tick_p99_ms": p["tick_p99_ms"],
             "scheduler_tick_max_ms": p["tick_max_ms"],
-            "submit_p50_s": round(p["submit_p50_s"], 4), "submit_max_s": round(p["submit_max_s"], 3),
+            "submit_p50_s": round(p["submit_p50_s"], 4), "submit_max_s": round(p["submit_max_s"], 4),
             "submit_s": round(p["submit_s"], 3), "placed_s": round(p["placed_s"], 3), "running_s": round(p["running_s"], 3),
         }
     finally:
