@@ -53,17 +53,18 @@ def pools_view(settings: Any, nodes: Sequence[Any], provisions: dict, spares: Se
 
 
 def spare_provisions(provisions: dict, now: float | None = None) -> list[dict]:
-    """The spare reconcilers' provisions in flight (the scheduler's kept rows): id, pool, pool tier,
-    shape, phase, instance id (None until answered) and age in seconds."""
+    """The spare reconcilers' provisions in flight (the scheduler's kept rows, read by their own
+    reader): id, pool, pool tier, shape, phase, instance id (None until answered) and age in seconds."""
     import time
+
+    from fabric.core.spares.rows import spare_provision_from_row
 
     at = time.time() if now is None else now
     out = []
-    for k in provisions.get("spare_provisions", ()):
-        shape = k.get("shape")
-        out.append({"provision_id": k["provision_id"], "pool": k["pool"], "pool_tier": k["pool_tier"],
-                    "shape": shape.get("name", "?") if isinstance(shape, dict) else str(shape), "phase": k.get("phase", "asked"),
-                    "instance_id": k.get("instance_id"), "age_s": round(max(0.0, at - float(k.get("asked_at") or at)), 1)})
+    for row in provisions.get("spare_provisions", ()):
+        k = spare_provision_from_row(row)
+        out.append({"provision_id": k.provision_id, "pool": k.pool, "pool_tier": k.pool_tier, "shape": k.shape.name,
+                    "phase": k.phase.value, "instance_id": k.instance_id, "age_s": round(max(0.0, at - k.asked_at), 1)})
     return out
 
 
