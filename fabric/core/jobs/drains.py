@@ -7,9 +7,9 @@ its calls; ``fabric.core.scheduling.drain`` is that tasks part), migrates every 
 every job is off *and* the running tasks ended (``step``'s ``tasks_done``) asks Ray to drain it.
 Phases (``NodeDrainPhase``): ``migrating`` -> ``waiting`` (jobs leave, tasks finish:
 ``tasks_finishing`` once only tasks are left) -> ``draining`` (Ray was asked: ``AskRayToDrain``)
--> ``done`` (Ray accepted) or ``failed`` (Ray refused; its message is the reason). At the timeout a drain with ``force`` stops what has not moved
-(``ForceStop``: those jobs are ``terminated`` and recovered by their policy) and then asks Ray;
-one without ends ``partial``, the jobs still there ``stuck``. An uncordon withdraws a drain Ray
+-> ``done`` (Ray accepted) or ``failed`` (Ray refused: its message). At the timeout a forced drain
+stops what has not moved (``ForceStop``: ``terminated``, recovered by policy) and asks Ray; one
+without ends ``partial``, the jobs still there ``stuck``. An uncordon withdraws a drain Ray
 was not yet asked about (``cancelled``); migrations in flight run to their end.
 
 Each job's ``JobDrainStatus``: ``migrating`` -> ``migrated`` (its migration completed), ``moved``
