@@ -62,6 +62,9 @@ counted as failed to start."""
 STOP_GRACE_S = 10.0
 """How long ``__fabric_stop__`` may take before the instance is killed."""
 MAX_EVENTS = 10_000
+RESUME_WAIT_S = 30.0
+"""How long a job's state is held back after a restart, until the jobs read back are checked
+against what lives (``JobRunner.resumed_by``); past it the book is answered as it stands."""
 
 
 class JobRunner:
@@ -556,6 +559,13 @@ class JobRunner:
 
     def stop(self, job_id: str) -> str:
         return self.handle(StopRequested(job_id))
+
+    async def resumed_by(self, timeout_s: float) -> None:
+        """Wait, ``timeout_s`` at most, until the state read back after a restart was resumed: until
+        then a job's state is the old process's word (an instance that died meanwhile still says running)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.resumed and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     def status(self, job_id: str) -> JobStatus:
         return summarize(self.book.job(job_id), self.clock())

@@ -6,12 +6,11 @@ hands it to ``core.handle`` and carries out the instructions that come back: rep
 wake or fail a waiting call, write a cordon or a drain to the registry. Everything that decides,
 the core decides; ``Scheduler`` holds no rule of its own.
 
-``Scheduler`` is the plain class (its unit tests drive it with a fake feed and metrics sink);
-``SchedulerActor`` is it as the Ray actor. Restart: a detached actor with ``max_restarts=-1``
-re-runs ``__init__``; the fleet comes back from the feed's first poll, and work that was already
-dispatched is unaffected (it runs on its node and its result goes straight to the caller).
-Reservations of work in flight are not remembered; Ray's ``fabric.slots`` still refuses any
-oversubscription meanwhile.
+``Scheduler`` is the plain class (unit tests drive it with a fake feed and metrics sink);
+``SchedulerActor`` is it as the Ray actor. Restart: a detached actor with ``max_restarts=-1`` re-runs
+``__init__``; the fleet comes back from the feed's first poll, work already dispatched runs on (its
+result goes straight to the caller), Ray's ``fabric.slots`` refuses oversubscription meanwhile, and
+a job's state is answered once the jobs read back were checked against what lives (``resumed_by``).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Any, Callable
 import ray
 
 from actors.fleet_feed import FleetFeed
-from actors.jobs import JobRunner
+from actors.jobs import RESUME_WAIT_S, JobRunner
 from actors.moves import MoveRequests
 from actors.provisioner import Provisioner
 from fabric.core.errors import CapacityError, MessageError
@@ -323,12 +322,10 @@ class Scheduler:
 
     def ray_adapter(self) -> Any:
         """The Ray seam (the fleet feed's adapter, else a fresh one)."""
-        adapter = getattr(self.feed, "adapter", None)
-        if adapter is None:
-            from fabric.rayio.adapter import RayAdapter
+        from fabric.rayio.adapter import RayAdapter
 
-            adapter = RayAdapter()
-        return adapter
+        adapter = getattr(self.feed, "adapter", None)
+        return adapter if adapter is not None else RayAdapter()
 
     # -- long-running jobs (actors.jobs.JobRunner) --------------------------------------------------------
     def _runner(self) -> JobRunner:
@@ -346,10 +343,13 @@ class Scheduler:
     def stop_job(self, job_id: str) -> str:
         return self._runner().stop(msg.read_id("job_id", job_id))
 
-    def job_status(self, job_id: str) -> Any:
-        return self._runner().status(msg.read_id("job_id", job_id))
+    async def job_status(self, job_id: str) -> Any:
+        job_id = msg.read_id("job_id", job_id)
+        await self._runner().resumed_by(RESUME_WAIT_S)
+        return self._runner().status(job_id)
 
-    def job_statuses(self) -> list[Any]:
+    async def job_statuses(self) -> list[Any]:
+        await self._runner().resumed_by(RESUME_WAIT_S)
         return self._runner().statuses()
 
     def job_instance(self, job_id: str) -> dict:

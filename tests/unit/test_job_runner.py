@@ -162,6 +162,39 @@ def test_a_restarted_runner_re_adopts_live_instances_and_recovers_the_gone_ones(
     asyncio.run(second_life())
 
 
+def test_after_a_restart_a_job_state_is_answered_only_once_checked_against_what_lives(tmp_path):
+    clock, launcher = Clock(), FakeLauncher()
+
+    async def first_life():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        job_id = sched.jobs.submit(SPEC, b"cls", b"args")
+        sched.jobs.tick()
+        await settle()
+        launcher.started[0].__fabric_started__.futures[0].set_result(None)
+        await settle()
+        return job_id
+
+    job_id = asyncio.run(first_life())
+    gone = launcher.started[0]
+    launcher.live.pop((gone.job_id, gone.key))  # died while no scheduler watched
+
+    async def second_life():
+        sched = make(tmp_path, launcher, clock)
+        await sched._sync()
+        asked = asyncio.ensure_future(sched.job_status(job_id))
+        listed = asyncio.ensure_future(sched.job_statuses())
+        await settle()
+        assert not asked.done() and not listed.done()  # the book still says running: not answered yet
+        sched.jobs.tick()
+        await settle()
+        status = await asked
+        assert status.state == JobState.STARTING and status.instance_key != gone.key
+        assert [s.state for s in await listed] == [JobState.STARTING]
+
+    asyncio.run(second_life())
+
+
 def test_a_job_no_node_fits_waits_pending_and_is_placed_when_capacity_comes(tmp_path):
     clock, launcher = Clock(), FakeLauncher()
     big = JobSpec("big", Requirement(min_tier="cpu_ffmpeg", num_cpus=64))
