@@ -15,27 +15,32 @@ checked-in stubs with the bearer token (``fabric api-token``'s).
 - ``events``: while a burst of ``--tasks`` ``@adaptive.remote`` tasks runs (submit all, then
   ``ray.get``), a producer in this driver appends events to the fabric's log as fast as the
   scheduler takes them (``scheduler.record_event``, ``INFLIGHT`` calls in flight) and one
-  ``WatchEvents`` stream, opened before the burst, reads them. ``events_per_s``: the events the
+  ``WatchEvents`` stream, opened before the burst, reads them in its own process (as an operator's
+  watcher would; ``--watcher-in-driver``: a thread of this driver). ``events_per_s``: the events the
   watcher received during the burst per second of burst (``events_produced_per_s``: what the
   producer logged; ``events_missed``: seq gaps the watcher saw, events the bounded log dropped
   before it read them). The same burst runs without the watcher (the producer still running), in
   turns over ``--rounds``; ``burst_ratio_with_watcher`` = median tasks/s with the watcher / median
   without (goal >= 0.95: watching the log does not slow the fabric's work).
 
-Usage: scripts/bench_api.py [--calls 500] [--tasks 10000] [--rounds 3] [--json]
+Usage: scripts/bench_api.py [--calls 500] [--tasks 10000] [--rounds 5] [--watcher-in-driver] [--json]
 With ``--json`` the last line is one object: ``status_per_s``, ``status_p99_ms``, ``direct_per_s``,
 ``direct_p99_ms``, ``explain_per_s``, ``explain_p99_ms``, ``direct_explain_per_s``,
 ``direct_explain_p99_ms``, ``events_per_s``, ``events_produced_per_s``, ``events_missed``,
-``burst_tasks_per_s_with_watcher``, ``burst_tasks_per_s_without``, ``burst_ratio_with_watcher`` and
-the per-round figures. Progress goes to stderr.
+``burst_tasks_per_s_with_watcher``, ``burst_tasks_per_s_without``, ``burst_ratio_with_watcher``,
+``watcher`` (where it ran) and the per-round figures. Progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -62,6 +67,8 @@ INFLIGHT = 16
 EVENT_KIND = "bench_tick"
 REQUIREMENT = {"min_tier": "cpu_ffmpeg"}
 CALL_TIMEOUT_S = 30.0
+WATCH_TOKEN_ENV = "FABRIC_BENCH_WATCH_TOKEN"
+"""The watcher process's bearer token: in its environment, never on its command line."""
 SETTINGS: dict[str, Any] = {
     "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 5.0, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
                "join_timeout_s": 90.0},
@@ -84,6 +91,7 @@ def tiny(x: int) -> int:
 # -- operator calls ----------------------------------------------------------------------------------------
 class Calls:
     def __init__(self, address: str, token: str, scheduler: Any) -> None:
+        self.address, self.token = address, token
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.OperatorStub(self.channel)
         self.meta = [("authorization", f"Bearer {token}")]
@@ -148,10 +156,10 @@ class Producer(threading.Thread):
                     i += 1
                 ready, pending = ray.wait(pending, num_returns=1, timeout=CALL_TIMEOUT_S)
                 ray.get(ready)
-                now = time.perf_counter()
+                now = time.monotonic()
                 self.done.extend(now for _ in ready)
             ray.get(pending, timeout=CALL_TIMEOUT_S)
-            now = time.perf_counter()
+            now = time.monotonic()
             self.done.extend(now for _ in pending)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             self.error = exc
@@ -161,28 +169,87 @@ class Producer(threading.Thread):
         self.join(CALL_TIMEOUT_S * 2)
 
 
-class Watcher(threading.Thread):
-    """One WatchEvents stream of ``EVENT_KIND`` from ``since``: each event's seq and arrival time."""
+class Watcher:
+    """One WatchEvents stream of ``EVENT_KIND`` from ``since``, read by its own process (as an
+    operator's ``fabric events --follow`` or a dashboard would be, not a thread of the driver that
+    submits the burst): each event's seq and arrival time (``time.monotonic``, one clock for the
+    machine), read back from the file the process writes. ``in_driver``: a thread of this process
+    instead (``--watcher-in-driver``)."""
 
-    def __init__(self, stub: Any, meta: list, since: int) -> None:
-        super().__init__(daemon=True)
-        self.call = stub.WatchEvents(pb.WatchEventsRequest(since=since, kinds=[EVENT_KIND]), metadata=meta)
-        self.got: list[tuple[int, float]] = []
-        self.ticks: set[int] = set()  # the producer's event numbers received
+    def __init__(self, address: str, token: str, since: int, *, in_driver: bool = False) -> None:
+        self.file = Path(tempfile.mkstemp(prefix="bench-api-watch-", suffix=".txt")[1])
         self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self.proc: subprocess.Popen | None = None
+        self.call: Any = None
+        if in_driver:
+            channel, self.call = open_watch(address, token, since)
+            self.thread = threading.Thread(target=self._in_driver, args=(channel,), daemon=True)
+        else:
+            self.proc = subprocess.Popen([sys.executable, __file__, "--watch-child", address, str(since), str(self.file)],
+                                         env={**os.environ, WATCH_TOKEN_ENV: token}, stderr=subprocess.PIPE)
 
-    def run(self) -> None:
+    def start(self) -> None:
+        if self.thread is not None:
+            self.thread.start()
+
+    def _in_driver(self, channel: grpc.Channel) -> None:
         try:
-            for ev in self.call:
-                self.got.append((ev.seq, time.perf_counter()))
-                self.ticks.add(int(json.loads(ev.data_json or "{}").get("i", -1)))
-        except grpc.RpcError as exc:
-            if exc.code() is not grpc.StatusCode.CANCELLED:
-                self.error = exc
+            watch_to_file(channel, self.call, self.file)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+
+    def _read(self) -> list[tuple[int, int, float]]:
+        rows = []
+        for line in self.file.read_text().splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and line.endswith("}"):
+                rows.append((int(parts[0]), int(json.loads(parts[2] or "{}").get("i", -1)), float(parts[1])))
+        if self.proc is not None and self.proc.poll() not in (None, 0, -signal.SIGTERM) and self.error is None:
+            self.error = RuntimeError(f"the watcher process ended ({self.proc.returncode}): "
+                                      f"{(self.proc.stderr.read() if self.proc.stderr else b'').decode()[-500:]}")
+        return rows
+
+    @property
+    def got(self) -> list[tuple[int, float]]:
+        return [(seq, t) for seq, _, t in self._read()]
+
+    @property
+    def ticks(self) -> set[int]:
+        return {i for _, i, _ in self._read()}
 
     def stop(self) -> None:
-        self.call.cancel()
-        self.join(10)
+        if self.call is not None:
+            self.call.cancel()
+        if self.thread is not None:
+            self.thread.join(10)
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            if self.proc.returncode not in (0, -signal.SIGTERM) and self.error is None:
+                self.error = RuntimeError(f"the watcher process ended ({self.proc.returncode})")
+
+    def close(self) -> None:
+        self.file.unlink(missing_ok=True)
+
+
+def open_watch(address: str, token: str, since: int) -> tuple[grpc.Channel, Any]:
+    channel = grpc.insecure_channel(address)
+    return channel, pb_grpc.OperatorStub(channel).WatchEvents(pb.WatchEventsRequest(since=since, kinds=[EVENT_KIND]),
+                                                              metadata=[("authorization", f"Bearer {token}")])
+
+
+def watch_to_file(channel: grpc.Channel, call: Any, path: Path) -> None:
+    """Write each streamed event into ``path`` as one ``seq monotonic data_json`` line, until the stream ends."""
+    with open(path, "a", buffering=1) as out:
+        try:
+            for ev in call:
+                out.write(f"{ev.seq} {time.monotonic():.6f} {ev.data_json}\n")  # parsed after, not on the stream's time
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.CANCELLED:
+                raise
+        finally:
+            channel.close()
 
 
 def newest_seq(scheduler: Any) -> int:
@@ -201,9 +268,9 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0, 
     return True
 
 
-def burst_round(fn: Any, tasks: int, scheduler: Any, calls: Calls, watch: bool) -> dict[str, Any]:
+def burst_round(fn: Any, tasks: int, scheduler: Any, calls: Calls, watch: bool, in_driver: bool = False) -> dict[str, Any]:
     """One burst with the producer running, with or without a watcher."""
-    watcher = Watcher(calls.stub, calls.meta, newest_seq(scheduler)) if watch else None
+    watcher = Watcher(calls.address, calls.token, newest_seq(scheduler), in_driver=in_driver) if watch else None
     if watcher:
         watcher.start()
     producer = Producer(scheduler)
@@ -212,10 +279,10 @@ def burst_round(fn: Any, tasks: int, scheduler: Any, calls: Calls, watch: bool) 
         wait_for(lambda: bool(watcher.got) or watcher.error is not None, "the watcher's first event")
     else:
         wait_for(lambda: bool(producer.done) or producer.error is not None, "the producer's first event")
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     refs = [fn.remote(i) for i in range(tasks)]
     out = ray.get(refs)
-    t1 = time.perf_counter()
+    t1 = time.monotonic()
     producer.stop()
     if out != list(range(tasks)):
         raise RuntimeError("the burst lost or mixed up results")
@@ -228,9 +295,13 @@ def burst_round(fn: Any, tasks: int, scheduler: Any, calls: Calls, watch: bool) 
         produced = len(producer.done)
         wait_for(lambda: len(watcher.ticks) >= produced, "the watcher to catch up", timeout_s=30, fail=False)
         watcher.stop()
-        seqs = [s for s, _ in watcher.got]
-        row["events_per_s"] = sum(t0 <= t <= t1 for _, t in watcher.got) / (t1 - t0)
-        row["events_missed"] = len(set(range(produced)) - watcher.ticks)  # logged, never streamed
+        got, ticks = watcher.got, watcher.ticks
+        watcher.close()
+        if watcher.error is not None:
+            raise RuntimeError(f"the watcher: {watcher.error}")
+        seqs = [s for s, _ in got]
+        row["events_per_s"] = sum(t0 <= t <= t1 for _, t in got) / (t1 - t0)
+        row["events_missed"] = len(set(range(produced)) - ticks)  # logged, never streamed
         row["events_out_of_order"] = sum(b <= a for a, b in zip(seqs, seqs[1:]))
     return row
 
@@ -251,9 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500, help="operator calls of each kind (default 500)")
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks per burst (default 10000)")
-    parser.add_argument("--rounds", type=int, default=3, help="bursts with and without the watcher, each (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="bursts with and without the watcher, each (default 5)")
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
+    parser.add_argument("--watcher-in-driver", action="store_true",
+                        help="read the event stream in a thread of this driver (default: its own process)")
+    parser.add_argument("--watch-child", nargs=3, metavar=("ADDRESS", "SINCE", "FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.watch_child:  # the watcher process (Watcher): stream until terminated
+        address, since, path = args.watch_child
+        watch_to_file(*open_watch(address, os.environ[WATCH_TOKEN_ENV], int(since)), Path(path))
+        return 0
     if args.calls < 1 or args.tasks < 1 or args.rounds < 1:
         parser.error("--calls, --tasks and --rounds must be positive")
 
@@ -274,11 +352,11 @@ def main(argv: list[str] | None = None) -> int:
 
         fn = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg")(tiny)
         say("warming up: one burst with the producer and the watcher, not counted")
-        burst_round(fn, min(args.tasks, 2000), scheduler, calls, True)  # workers, leases, the stream's path
+        burst_round(fn, min(args.tasks, 2000), scheduler, calls, True, args.watcher_in_driver)  # workers, leases, the stream's path
         rows: list[dict[str, Any]] = []
         for r in range(args.rounds):
             for watch in ((False, True) if r % 2 == 0 else (True, False)):
-                row = burst_round(fn, args.tasks, scheduler, calls, watch)
+                row = burst_round(fn, args.tasks, scheduler, calls, watch, args.watcher_in_driver)
                 rows.append(row)
                 extra = f"   events {row['events_per_s']:8.1f}/s (missed {row['events_missed']})" if watch else ""
                 say(f"  round {r + 1} burst {'with' if watch else 'without'} watcher: {row['tasks_per_s']:8.1f} tasks/s"
@@ -304,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         "burst_tasks_per_s_without": statistics.median(without),
         "burst_ratio_with_watcher": statistics.median(with_w) / statistics.median(without),
         "tasks": args.tasks, "calls": args.calls, "rounds": args.rounds, "per_round": rows,
+        "watcher": "driver thread" if args.watcher_in_driver else "own process",
     }
     print(f"status over gRPC: {result['status_per_s']:.1f} calls/s, p99 {result['status_p99_ms']:.2f} ms; "
           f"direct: {result['direct_per_s']:.1f} calls/s, p99 {result['direct_p99_ms']:.2f} ms")

@@ -29,10 +29,15 @@ no node fits (skip it with ``--providers local``).
 
 Goal: ``spare_failover_s <= death_detection_s + 1 s``.
 
-Usage: scripts/bench_spares.py [--trials 3] [--providers local,ray-autoscaler] [--json]
+The whole run keeps to ``--budget`` seconds (default 900): a failover trial that cannot start in
+time is not run, and the ray-autoscaler phase (left ``AUTOSCALER_SHARE_S`` of it) is cut at the end
+of the budget, its cluster closed; either way ``unmeasured`` says what was not measured.
+
+Usage: scripts/bench_spares.py [--trials 3] [--providers local,ray-autoscaler] [--budget 900] [--json]
 With ``--json`` the last line is one object: ``spare_failover_s``, ``provisioned_failover_s``,
 ``busy_node_failover_s``, ``death_detection_s`` (medians), ``provision_to_serving_s`` (per
-provider), ``spare_margin_s`` (spare failover - death detection) and the per-trial figures.
+provider), ``spare_margin_s`` (spare failover - death detection), ``budget_s``, ``unmeasured`` and
+the per-trial figures.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +62,10 @@ from fabric.testing import LocalFabric  # noqa: E402
 IP = "127.0.0.2"
 SHAPE = {"name": "cpu-box", "profile": "cpu-only-box", "tier": "cpu_ffmpeg", "num_cpus": 2}
 CALL_TIMEOUT_S = 5.0
+PHASE_FLOOR_S = 90.0
+"""Budget a failover trial or an autoscaler provision needs at least to be started."""
+AUTOSCALER_SHARE_S = 300.0
+"""Budget the failover trials leave for the ray-autoscaler phase."""
 SETTINGS: dict[str, Any] = {
     "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
                "join_timeout_s": 90.0, "flap_toggles": 50},
@@ -180,7 +190,40 @@ def provisioned_trial(b: Bench) -> dict[str, Any]:
     return out  # the killed fixed node is replaced before the next trial (main's loop), not after the last
 
 
-def autoscaler_serving(trials: int) -> list[float]:
+def autoscaler_serving(trials: int, deadline: float, unmeasured: list[str]) -> list[float]:
+    """Provision-to-serving through ``ray-autoscaler``, ended at ``deadline`` (``time.monotonic``):
+    the phase runs in a thread; one that has not ended by then is cut (its cluster closed, what it
+    left unmeasured named in ``unmeasured``) instead of holding the run."""
+    out: list[float] = []
+    holder: dict[str, Any] = {}
+    errors: list[BaseException] = []
+    if deadline - time.monotonic() < PHASE_FLOOR_S:
+        unmeasured.append(f"ray-autoscaler: 0 of {trials} provision(s) timed (budget spent before the phase)")
+        return out
+
+    def phase() -> None:
+        try:
+            _autoscaler_phase(trials, deadline, out, holder)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=phase, name="ray-autoscaler phase", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    cut = thread.is_alive()
+    if cut:
+        cluster = holder.get("cluster")
+        if cluster is not None:
+            cluster.close()  # its head, its monitor and the nodes it launched: nothing is left running
+        thread.join(30)
+    if errors and not cut:
+        unmeasured.append(f"ray-autoscaler: {type(errors[0]).__name__}: {errors[0]}"[:300])
+    elif len(out) < trials:
+        unmeasured.append(f"ray-autoscaler: {len(out)} of {trials} provision(s) timed before the budget ended")
+    return list(out)
+
+
+def _autoscaler_phase(trials: int, deadline: float, out: list[float], holder: dict[str, Any]) -> None:
     """Provision-to-serving through ``ray-autoscaler`` on a second fabric (autoscaler v2, fake provider)."""
     import fabric
     from fabric.core.settings import FabricSettings
@@ -195,13 +238,15 @@ def autoscaler_serving(trials: int) -> list[float]:
             {"name": "cloud", "scale_out": "elastic", "provider": "ray-autoscaler", "max_nodes": 1, "provision_timeout_s": 180,
              "candidate_shapes": [SHAPE]}]}]})
     call = adaptive.remote(min_tier="cpu_ffmpeg", fallback=False, num_cpus=1)(_where)
-    out: list[float] = []
     with FakeAutoscalingCluster(node_types_for(settings), head_cpus=1, update_interval_s=1, idle_timeout_minutes=0.03) as c:
+        holder["cluster"] = c
         h = fabric.up(settings, timeout_s=90)
         try:
             for i in range(trials):
+                if deadline - time.monotonic() < PHASE_FLOOR_S:
+                    break  # not enough budget left for one more: named as unmeasured by the caller
                 seen = set(h.provisions()["serving_s"])
-                ray.get(call.remote(), timeout=240)
+                ray.get(call.remote(), timeout=min(240, max(1.0, deadline - time.monotonic())))
                 serving = h.provisions()["serving_s"]
                 new = [v for k, v in serving.items() if k not in seen]
                 out += new
@@ -212,7 +257,6 @@ def autoscaler_serving(trials: int) -> list[float]:
                              "the idle node given back", timeout_s=180)
         finally:
             fabric.down()
-    return out
 
 
 def _where() -> str:
@@ -225,22 +269,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--providers", default="local,ray-autoscaler", help="providers to time provision-to-serving for")
     ap.add_argument("--autoscaler-trials", type=int, default=2, help="provisions through ray-autoscaler (default 2)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the fabric and nodes")
+    ap.add_argument("--budget", type=float, default=900.0,
+                    help="seconds the whole run may take (default 900); what does not fit is reported unmeasured")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args(argv)
     if args.trials < 1:
         ap.error("--trials must be at least 1")
+    if args.budget <= 0:
+        ap.error("--budget must be positive")
+    deadline = time.monotonic() + args.budget
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     unknown = [p for p in providers if p not in ("local", "ray-autoscaler")]
     if unknown:
         ap.error(f"--providers: unknown {unknown}; known: local, ray-autoscaler")
 
     trials: dict[str, list[dict[str, Any]]] = {"spare": [], "busy": [], "provisioned": []}
+    unmeasured: list[str] = []
+    trials_end = deadline - (AUTOSCALER_SHARE_S if "ray-autoscaler" in providers else 0.0)
     b = Bench(args.timeout)
     try:
         b.add_fixed()
         b.lf.wait_registered()
         for i in range(args.trials):
             for kind, run in (("spare", spare_trial), ("busy", busy_trial), ("provisioned", provisioned_trial)):
+                if trials_end - time.monotonic() < PHASE_FLOOR_S:
+                    unmeasured.append(f"{kind} failover: trial {i + 1} of {args.trials} not run (budget spent)")
+                    continue
                 while not b.fixed_alive():
                     b.add_fixed()
                 b.lf.wait_registered()
@@ -253,14 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         b.lf.close()
     serving = {"local": median(local_serving)} if "local" in providers else {}
     if "ray-autoscaler" in providers:
-        serving["ray-autoscaler"] = median(autoscaler_serving(max(1, args.autoscaler_trials)))
+        serving["ray-autoscaler"] = median(autoscaler_serving(max(1, args.autoscaler_trials), deadline, unmeasured))
 
     result: dict[str, Any] = {
         "spare_failover_s": median([t["recovery_s"] for t in trials["spare"]]),
         "provisioned_failover_s": median([t["recovery_s"] for t in trials["provisioned"]]),
         "busy_node_failover_s": median([t["recovery_s"] for t in trials["busy"]]),
         "death_detection_s": median([t["death_detection_s"] for k in trials for t in trials[k]]),
-        "provision_to_serving_s": serving, "trials": args.trials,
+        "provision_to_serving_s": serving, "trials": args.trials, "budget_s": args.budget, "unmeasured": unmeasured,
     }
     margin = None if result["spare_failover_s"] is None or result["death_detection_s"] is None else \
         result["spare_failover_s"] - result["death_detection_s"]
@@ -276,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
               f"provisioned / spare: {result['provisioned_failover_s'] / result['spare_failover_s']:.2f}")
     for p, v in serving.items():
         print(f"provision to serving ({p}): {secs(v)} s")
+    for what in unmeasured:
+        print(f"not measured within the {args.budget:g} s budget: {what}")
     if args.json:
         result["per_trial"] = {k: [{key: t[key] for key in ("recovery_s", "death_detection_s", "landed_pool_tier")} for t in v]
                                for k, v in trials.items()}

@@ -31,3 +31,15 @@ def test_bench_spares_prints_its_figures_and_one_json_line():
     tiers = {k: [t["landed_pool_tier"] for t in v] for k, v in result["per_trial"].items()}
     assert tiers == {"spare": ["spares"], "busy": ["onprem"], "provisioned": ["spares"]}
     assert "trial 1 spare:" in out.stdout and "provision to serving (ray-autoscaler)" in out.stdout
+
+
+def test_bench_spares_keeps_to_its_budget_and_names_what_it_did_not_measure():
+    out = subprocess.run([sys.executable, "scripts/bench_spares.py", "--trials", "1", "--budget", "1", "--json"],
+                         cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["budget_s"] == 1 and all(result[key] is None for key in KEYS)
+    assert result["provision_to_serving_s"]["ray-autoscaler"] is None
+    assert sorted(u.split(":")[0] for u in result["unmeasured"]) == [
+        "busy failover", "provisioned failover", "ray-autoscaler", "spare failover"]
+    assert "not measured within the 1 s budget: ray-autoscaler" in out.stdout
