@@ -192,32 +192,36 @@ def provisioned_trial(b: Bench) -> dict[str, Any]:
 
 def autoscaler_serving(trials: int, deadline: float, unmeasured: list[str]) -> list[float]:
     """Provision-to-serving through ``ray-autoscaler``, ended at ``deadline`` (``time.monotonic``):
-    the phase runs in a thread; one that has not ended by then is cut (its cluster closed, what it
-    left unmeasured named in ``unmeasured``) instead of holding the run."""
+    the phase runs here (Ray's signal handlers need the main thread); a watchdog thread cuts one
+    that has not ended by then (its cluster closed, so the wait in progress fails) and what it left
+    unmeasured is named in ``unmeasured`` instead of holding the run."""
     out: list[float] = []
     holder: dict[str, Any] = {}
-    errors: list[BaseException] = []
     if deadline - time.monotonic() < PHASE_FLOOR_S:
         unmeasured.append(f"ray-autoscaler: 0 of {trials} provision(s) timed (budget spent before the phase)")
         return out
+    ended, cut = threading.Event(), threading.Event()
 
-    def phase() -> None:
-        try:
-            _autoscaler_phase(trials, deadline, out, holder)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=phase, name="ray-autoscaler phase", daemon=True)
-    thread.start()
-    thread.join(max(0.0, deadline - time.monotonic()))
-    cut = thread.is_alive()
-    if cut:
+    def watchdog() -> None:
+        if ended.wait(max(0.0, deadline - time.monotonic())):
+            return
+        cut.set()
         cluster = holder.get("cluster")
         if cluster is not None:
             cluster.close()  # its head, its monitor and the nodes it launched: nothing is left running
-        thread.join(30)
-    if errors and not cut:
-        unmeasured.append(f"ray-autoscaler: {type(errors[0]).__name__}: {errors[0]}"[:300])
+
+    guard = threading.Thread(target=watchdog, name="ray-autoscaler budget", daemon=True)
+    guard.start()
+    error: BaseException | None = None
+    try:
+        _autoscaler_phase(trials, deadline, out, holder)
+    except Exception as exc:  # noqa: BLE001 - reported below (a cut phase's failure is the cut's)
+        error = exc
+    finally:
+        ended.set()
+        guard.join(30)
+    if error is not None and not cut.is_set():
+        unmeasured.append(f"ray-autoscaler: {type(error).__name__}: {error}"[:300])
     elif len(out) < trials:
         unmeasured.append(f"ray-autoscaler: {len(out)} of {trials} provision(s) timed before the budget ended")
     return list(out)
