@@ -293,7 +293,15 @@ def test_wide_keeps_every_cell_whole(cluster, capsys, argv):
 
 
 # Commands that never talk to a running cluster: they probe this machine, start a head, or print.
-LOCAL_ONLY = {"probe", "start-head"}
+LOCAL_ONLY = {"probe", "start-head", "settings validate", "settings schema", "settings example"}
+
+
+def _commands(parser, prefix=""):
+    """(name, parser) of every command, a command with subcommands as its subcommands (``settings show``)."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        return [(prefix, parser)]
+    return [found for name, p in sub.choices.items() for found in _commands(p, f"{prefix} {name}".strip())]
 
 
 def test_every_command_that_talks_to_a_cluster_takes_address():
@@ -302,7 +310,7 @@ def test_every_command_that_talks_to_a_cluster_takes_address():
     for name in ("status", "nodes", "jobs", "bundles", "pools", "explain", "cordon", "uncordon"):
         assert name in sub.choices, name
     missing = []
-    for name, p in sub.choices.items():
+    for name, p in _commands(parser):
         if name in LOCAL_ONLY:
             continue
         if not any("--address" in a.option_strings for a in p._actions):

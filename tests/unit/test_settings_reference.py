@@ -77,3 +77,9 @@ def test_the_commented_out_examples_are_valid_entries():
     settings = FabricSettings.load({"pools": [{"name": "default", "tiers": [tier]}], **blocks})
     assert settings.pools[0].tiers[0].candidate_shapes[0].name == shapes[0]["name"]
     assert list(settings.routes) == list(blocks["routes"])
+
+
+def test_the_generated_text_cites_no_design_documents():
+    """The models' docstrings cite design notes by number; the reference and the example leave those out."""
+    for text in (SCRIPT["render_reference"](), SCRIPT["render_example"]()):
+        assert not re.search(r"\bseed\b|\bissue \d+", text, re.IGNORECASE)
