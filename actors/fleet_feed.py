@@ -138,10 +138,25 @@ class FleetMirror:
         """Node ids Ray's node table lists dead (terminal: an id never comes back)."""
         self._holds: list[tuple[float, str]] = []  # (held until, node id): a hold that ends is a change
         self._held: dict[str, float] = {}  # node id -> the hold it has in _holds
+        self._pins: dict[str, tuple[int, dict[str, Any]]] = {}
+        """node id -> (write number, fields): what the follower wrote itself, held over pages
+        asked for before that write (a page in flight must not undo it)."""
+
+    def pin(self, node_id: str, write: int, **fields: Any) -> None:
+        """The follower's own write number ``write`` set ``fields`` on the node: a page or
+        snapshot asked for before it (``asked_after`` lower) does not show them yet."""
+        self._pins[node_id] = (write, fields)
+
+    def _settle(self, asked_after: int | None) -> None:
+        """Pins that a page or snapshot asked for after their write shows are done with."""
+        if asked_after is not None and self._pins:
+            self._pins = {n: p for n, p in self._pins.items() if p[0] > asked_after}
 
     # -- following the registry -------------------------------------------------------------------
-    def resync(self, snapshot: FeedSnapshot, now: float) -> list[FleetChange]:
-        """Start again from ``snapshot``: every record; the fleet changes since the last report."""
+    def resync(self, snapshot: FeedSnapshot, now: float, asked_after: int | None = None) -> list[FleetChange]:
+        """Start again from ``snapshot``: every record; the fleet changes since the last report.
+        ``asked_after``: the number of the follower's last write when the snapshot was asked for."""
+        self._settle(asked_after)
         self.epoch, self.seq = snapshot.epoch, snapshot.seq
         self.records = {r.node_id: r for r in snapshot.records}
         self._holds, self._held = [], {}
@@ -154,8 +169,9 @@ class FleetMirror:
         self.known = wanted
         return changes
 
-    def apply(self, page: ChangePage, now: float) -> list[FleetChange] | None:
-        """Apply one page of the change feed (and any flap hold that ended by ``now``)."""
+    def apply(self, page: ChangePage, now: float, asked_after: int | None = None) -> list[FleetChange] | None:
+        """Apply one page of the change feed (and any flap hold that ended by ``now``);
+        ``asked_after`` as for ``resync``."""
         if page.changes is None or page.epoch != self.epoch or page.seq < self.seq:
             return None
         for ch in page.changes:  # check first: a page is applied whole or not at all
@@ -170,6 +186,7 @@ class FleetMirror:
                 self.records[ch.node_id] = rec
             touched[ch.node_id] = (ch.cause, ch.stimulus_id)
         self.seq = page.seq
+        self._settle(asked_after)
         self._ended_holds(now, touched)
         return self._rediff(touched, now)
 
@@ -205,6 +222,9 @@ class FleetMirror:
         override = self.settings.nodes.get(rec.name)
         nr = rec.to_node_record(now, max_concurrent_tasks=override.max_concurrent_tasks if override is not None else None,
                                 previous=self.known.get(rec.node_id))
+        pinned = self._pins.get(rec.node_id)
+        if pinned is not None:
+            nr = nr.evolve(**pinned[1])
         if rec.held_until is not None and rec.held_until > now and self._held.get(rec.node_id) != rec.held_until:
             self._held[rec.node_id] = rec.held_until
             heapq.heappush(self._holds, (rec.held_until, rec.node_id))
@@ -254,6 +274,8 @@ class FleetFeed:
         self._resync = True
         self._ray_read_at: float | None = None
         self._ray_wanted = True
+        self._writes = 0
+        """The feed's own writes to the registry so far (see ``FleetMirror.pin``)."""
 
     @property
     def known(self) -> dict[str, NodeRecord]:
@@ -293,16 +315,18 @@ class FleetFeed:
     async def _follow(self) -> list[FleetChange]:
         reg = self._reg()
         if not self._resync:
+            asked_after = self._writes
             page: ChangePage = await reg.changes.remote(self.mirror.seq, self.mirror.epoch)
-            applied = self.mirror.apply(page, self.clock())
+            applied = self.mirror.apply(page, self.clock(), asked_after)
             if applied is not None:
                 if any(ch.kind == "seen" for ch in page.changes or ()):
                     self._ray_wanted = True  # a raylet without a record: read whether Ray runs it
                 return applied
+        asked_after = self._writes
         snapshot: FeedSnapshot = await reg.snapshot.remote()
         self._resync, self._ray_wanted = False, True
         self.resyncs += 1
-        return self.mirror.resync(snapshot, self.clock())
+        return self.mirror.resync(snapshot, self.clock(), asked_after)
 
     def _ray_due(self, now: float, changes: list[FleetChange]) -> bool:
         """Whether to read Ray's node table now: asked for (first poll, resync, a raylet seen), a
@@ -317,6 +341,8 @@ class FleetFeed:
     # -- the scheduler's writes (through the registry's one writer) ---------------------------------------
     async def set_cordoned(self, node_id: str, cordoned: bool, *, stimulus_id: str | None = None, reason: str | None = None) -> None:
         await self._call("set_cordoned", node_id, cordoned, stimulus_id, reason)
+        self._writes += 1  # a page asked for while the write was on its way must not undo it
+        self.mirror.pin(node_id, self._writes, cordoned=cordoned)
         rec = self.known.get(node_id)
         if rec is not None:
             self.known[node_id] = rec.evolve(cordoned=cordoned)

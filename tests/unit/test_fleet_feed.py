@@ -343,3 +343,47 @@ def test_the_feeds_writes_go_to_the_registry(tmp_path):
     run(feed.mark_draining(IDS[0], reason="drain: work ended"))
     (ch,) = run(feed.poll())
     assert ch.fields == {"status": NodeStatus.DRAINING} and ch.cause == "drain: work ended"
+
+
+def test_a_page_asked_for_before_an_uncordon_does_not_undo_it(tmp_path):
+    """The race behind a node read back cordoned after its uncordon: the feed asks for changes (a
+    heartbeat moved the node's load), the scheduler's uncordon is written while that page is on
+    its way, and the page (the record as it was, cordoned) arrives after. Until a page asked for
+    after the write comes, the fleet keeps what the scheduler wrote."""
+    clock = ManualClock(1000.0)
+    ray = FakeRay()
+    reg = make_registry(tmp_path, clock, ray)
+    a = IDS[0]
+    reg.register(a, reg_caps(NAMES[a]))
+    ray.handle = FakeHandle(reg)
+    feed = FleetFeed(FabricSettings(), ray, clock=clock)
+    run(feed.poll())
+    run(feed.set_cordoned(a, True, stimulus_id="op-1"))
+    run(feed.poll())
+    reg.heartbeat(a, {"cpu_percent": 90.0})
+    early = pickle.loads(pickle.dumps(reg.changes(feed.mirror.seq, feed.mirror.epoch)))  # answered now...
+
+    class Delayed(FakeHandle):  # ...and delivered once the uncordon is in
+        def __getattr__(self, name):
+            if name != "changes":
+                return super().__getattr__(name)
+
+            class _Changes:
+                @staticmethod
+                def remote(*args):
+                    async def call():
+                        await feed.set_cordoned(a, False, stimulus_id="op-2")
+                        return early
+                    return call()
+            return _Changes
+
+    ray.handle, feed._registry = Delayed(reg), None
+    changes = run(feed.poll())
+    assert not feed.known[a].cordoned and all("cordoned" not in c.fields for c in changes), changes
+    ray.handle, feed._registry = FakeHandle(reg), None
+    run(feed.poll())  # asked for after the write: the registry's word again
+    assert not feed.known[a].cordoned and not feed.mirror._pins
+    run(feed.set_cordoned(a, True, stimulus_id="op-3"))
+    reg.set_cordoned(a, False, "op-4")  # another writer's uncordon, after ours: the feed follows it
+    (ch,) = run(feed.poll())
+    assert ch.fields == {"cordoned": False} and not feed.known[a].cordoned
