@@ -125,3 +125,14 @@ def test_a_drain_follows_a_job_stopped_mid_migration_without_failing_its_tick() 
            ("restart", {"landed": False, "early": False}),
            ("tick", {"dt": 0.0}),
            checks=("nothing_failed_inside", "books_are_consistent"))
+
+
+def test_a_handover_stopped_past_its_point_of_no_return_then_restarted_hears_its_source_die() -> None:
+    """A handover past its point of no return when its job is stopped; the scheduler restarts, and
+    the source dies before the saga moved on: ``resume`` leaves the job to its saga (``owned``) and
+    watches only the target, so the source's death is heard by nobody: the job stays ``stopping``
+    on a gone instance while its target runs on."""
+    replay(("running", {"n": 1, "policy": "avoid_spare", "up": True,
+                        "move": (MigrationStrategy.HANDOVER, 4, "stop")}),
+           ("restart", {"landed": False, "early": False}),
+           ("instance_dies", {"pick": 0}))

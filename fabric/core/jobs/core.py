@@ -298,10 +298,10 @@ class JobsCore(JobsState):
         for rec in self.book.bound():
             b = rec.binding
             assert b is not None
-            if rec.job_id in owned:
-                continue
-            if rec.state == JobState.STOPPING:
+            if rec.state == JobState.STOPPING:  # asked again, also under a saga: its end is the job's
                 out.append(StopInstance(rec.job_id, b, graceful=False))
+            elif rec.job_id in owned:
+                continue
             elif (rec.job_id, b.instance_key) not in s.alive:
                 out += self.book.died(rec.job_id, b.instance_key, now, reason="instance gone while the scheduler was away",
                                       preempted=b.node_id in self.preempting)
