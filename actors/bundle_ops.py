@@ -1,4 +1,4 @@
-"""Bundles, carried out by the scheduler's ``JobRunner`` (seed 000 § Bundles; API.md § Bundles).
+"""Bundles, carried out by the scheduler's ``JobRunner`` (see docs/jobs.md).
 
 A bundle arrives pickled (its job classes by value: the scheduler need not import the user's
 modules). ``create`` validates it against the settings and the live fleet
@@ -10,7 +10,7 @@ error) and nothing is stored. Otherwise it is expanded into one job per replica 
 longer names stop, new ones are added, ended ones start again, and running ones keep running with
 their new spec (it applies from their next placement). ``delete`` stops every job, then forgets
 the bundle. A ``start_mode="manual"`` job stays dormant until ``start_job``; ``stop_job`` makes it
-dormant again for future placements (a running instance keeps running, as in seed 000).
+dormant again for future placements (a running instance keeps running).
 """
 
 from __future__ import annotations

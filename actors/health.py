@@ -1,4 +1,4 @@
-"""HealthMonitorActor: seed 002 § 4's health monitor, as a loop around the pure ``HealthPolicy``.
+"""HealthMonitorActor: the fabric's health monitor, as a loop around the pure ``HealthPolicy``.
 
 Every ``monitor_interval_s`` it reads Ray's node table (~0.3 ms) and the registry's heartbeats and
 degradation reports, feeds them to the policy, applies the resulting statuses to the registry,

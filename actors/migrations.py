@@ -1,4 +1,4 @@
-"""MigrationRunner: the saga steps of the jobs core, carried out inside the scheduler (seed 000 § Migration).
+"""MigrationRunner: the saga steps of the jobs core, carried out inside the scheduler.
 
 The decisions are the jobs core's (``fabric.core.jobs.sagas`` over ``fabric.core.jobs.migration``);
 this class carries out the saga family of instructions, on the scheduler's event loop, through the

@@ -1,4 +1,4 @@
-"""``SpareReconcilerActor``: one per pool with a hot-spare entry (seed 000 § Hot spares).
+"""``SpareReconcilerActor``: one per pool with a hot-spare entry.
 
 Every ``interval_s`` (and at once when the live list changes) it reads the scheduler's fleet,
 asks the pure ``reconcile`` (``fabric.core.spares``) what the pool's spares need, and carries the

@@ -1,4 +1,4 @@
-"""A Linux framebuffer (``/sys/class/graphics/fb0``): seed 002's framebuffer tier.
+"""A Linux framebuffer (``/sys/class/graphics/fb0``): the framebuffer tier.
 
 Any node with a display device can do framebuffer compute, so presence is enough; the
 resolution comes from ``modes`` (``U:1920x1080p-60``) or, failing that, ``virtual_size``

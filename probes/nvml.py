@@ -1,7 +1,7 @@
 """NVIDIA GPUs through NVML (``pynvml`` from NVIDIA's ``nvidia-ml-py``).
 
 NVML is the driver's own account of its devices, so an NVIDIA GPU that NVML enumerates is a
-CUDA device (seed 002's ``gpu_cuda``). No driver, no library or no GPU is the common case on
+CUDA device (the ``gpu_cuda`` tier). No driver, no library or no GPU is the common case on
 most nodes and must read as "no NVIDIA GPUs", never as an exception: ``snapshot_nvml`` returns
 ``{"error": "<NVMLError class name>"}`` when NVML cannot start, and tolerates every per-device
 call failing on its own (old drivers lack some calls; data-centre GPUs answer NotSupported for

@@ -1,4 +1,4 @@
-"""Storage class of each mounted block device: nvme, ssd, hdd or virtual (seed 002's storage-tier).
+"""Storage class of each mounted block device: nvme, ssd, hdd or virtual (the storage-tier label).
 
 ``/sys/block/<dev>/queue/rotational`` is the kernel's word on spinning media, but a virtio disk
 reports ``rotational=1`` whatever backs it (see the cloud VM fixture), so virtual devices are

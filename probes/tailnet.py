@@ -1,6 +1,6 @@
 """This node on a tailnet, from ``tailscale status --json`` (absent is fine: most nodes are not).
 
-Only ``Self`` matters: its DNS name (the stable node name seed 002 uses), its tailnet IPs and
+Only ``Self`` matters: its DNS name (the stable node name), its tailnet IPs and
 whether it is online. A stopped daemon answers ``BackendState`` other than ``Running``.
 """
 

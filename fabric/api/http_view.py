@@ -1,8 +1,8 @@
 """The read-only JSON view beside the operator API: ``GET /api/capabilities/nodes`` (issue 17).
 
-Seed 002 checks its capability registry with ``curl -s http://HOST/api/capabilities/nodes | jq
+A capability registry is checked with ``curl -s http://HOST/api/capabilities/nodes | jq
 '.nodes | length'``; this is that URL, served from the fabric's own records. The body is one
-object ``{"nodes": [...], "count": N}``; each entry has seed 002's registry shape::
+object ``{"nodes": [...], "count": N}``; each entry has the registry shape::
 
     {"node_id": ..., "name": ..., "tailscale_ip": ..., "k3s_hostname": ...,
      "hardware": {"arch", "cpu_cores", "cpu_logical", "cpu_usable", "memory_mib",
@@ -39,7 +39,7 @@ from aiohttp import web
 from fabric.core.errors import MessageError
 
 NODES_PATH = "/api/capabilities/nodes"
-"""The one path served (seed 002's registry URL)."""
+"""The one path served (the capability registry's URL)."""
 
 NODES_TIMEOUT_S = 10.0
 """How long a request waits for the records before answering 504."""
@@ -59,7 +59,7 @@ def _as_dict(rec: Any) -> dict[str, Any]:
 
 
 def iso_utc(epoch: Any) -> str | None:
-    """Epoch seconds as seed 002's ``2026-06-01T04:00:00Z`` (None, NaN, or not a number: None)."""
+    """Epoch seconds as ``2026-06-01T04:00:00Z`` (None, NaN, or not a number: None)."""
     if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or not math.isfinite(epoch):
         return None
     try:
@@ -69,7 +69,7 @@ def iso_utc(epoch: Any) -> str | None:
 
 
 def _gpu_tier(g: dict[str, Any]) -> str | None:
-    """The tier one GPU gives (seed 002 lists a tier per GPU): CUDA for an NVML-enumerated NVIDIA
+    """The tier one GPU gives (the registry lists a tier per GPU): CUDA for an NVML-enumerated NVIDIA
     GPU, VA-API (discrete) or APU (integrated) for an AMD/Intel GPU with a proven encode
     entrypoint; None for a GPU that gives no GPU tier."""
     vendor = str(g.get("vendor") or "").lower()
@@ -84,7 +84,7 @@ def _gpu_tier(g: dict[str, Any]) -> str | None:
 
 
 def node_entry(rec: Any) -> dict[str, Any]:
-    """One record in seed 002's registry shape (see the module doc)."""
+    """One record in the registry shape (see the module doc)."""
     d = _as_dict(rec)
     caps = d.get("capabilities") or {}
     gpus = []

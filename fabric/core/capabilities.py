@@ -18,7 +18,7 @@ from fabric.core.names import K3S_PREFIX, LABEL_PREFIX, SLOTS_RESOURCE, TIER_RES
 from fabric.core.tiers import TIERS_BEST_FIRST, ComputeTier
 
 
-#: Below these a node cannot usefully run CPU encode work: it only relays (seed 002's edge VPS).
+#: Below these a node cannot usefully run CPU encode work: it only relays (an edge VPS).
 MIN_COMPUTE_CPUS = 2.0
 MIN_COMPUTE_MEMORY_MIB = 2048
 
@@ -43,7 +43,7 @@ PCI_VENDORS: dict[str, GpuVendor] = {"0x10de": GpuVendor.NVIDIA, "0x1002": GpuVe
 
 
 class StorageKind(str, Enum):
-    """Storage class of a block device, as seed 002's ``storage-tier`` label means it."""
+    """Storage class of a block device, as the ``storage-tier`` label means it."""
 
     NVME = "nvme"
     SSD = "ssd"
@@ -116,7 +116,7 @@ class StorageInfo(_Model):
 
 
 class FramebufferInfo(_Model):
-    """A Linux framebuffer (``/dev/fb0``), seed 002's framebuffer tier."""
+    """A Linux framebuffer (``/dev/fb0``): the framebuffer tier."""
 
     device: str = "/dev/fb0"
     resolution: str | None = None
@@ -143,7 +143,7 @@ class FfmpegInfo(_Model):
 
 
 class Limitations(_Model):
-    """What this node should not be asked to do (seed 002's DeviceLimitations)."""
+    """What this node should not be asked to do (``DeviceLimitations``)."""
 
     max_concurrent_tasks: Annotated[int, Field(ge=1)] = 1
     """Concurrent fabric tasks this node takes; also its ``fabric.slots`` Ray resource."""
@@ -310,8 +310,8 @@ class NodeCapabilities(_Model):
         return labels
 
     def to_k3s_labels(self) -> dict[str, str]:
-        """Seed 002's ``topology.researchstack.io/...`` labels. Seed 002 writes ``nvidia:rtx4070`` and
-        ``auto:foxtop``, but ``:`` is not valid in a Kubernetes label value, so ``-`` joins them."""
+        """The ``topology.researchstack.io/...`` labels. A vendor and model join with ``-``
+        (``nvidia-rtx4070``, ``auto-foxtop``): ``:`` is not valid in a Kubernetes label value."""
         gpu = self.primary_gpu
         role = self.roles[0] if self.roles else f"auto-{self.tier.value.replace('_', '-')}"
         labels = {
@@ -352,7 +352,7 @@ def _is_encode_entrypoint(entrypoint: str) -> bool:
 
 
 def classify(caps: NodeCapabilities) -> tuple[ComputeTier, ...]:
-    """Every tier ``caps`` serves, best first (seed 002 §3's table, made concrete):
+    """Every tier ``caps`` serves, best first (the tier table, made concrete):
 
     - ``gpu_cuda``: an NVIDIA GPU that NVML enumerated (CUDA usable).
     - ``gpu_vaapi``: a discrete AMD/Intel GPU whose VA-API offers hardware encode.
@@ -385,7 +385,7 @@ def classify(caps: NodeCapabilities) -> tuple[ComputeTier, ...]:
 
 
 def derive_max_concurrent_tasks(cpu_usable: float, tiers: tuple[ComputeTier, ...]) -> int:
-    """Seed 002's ``DeviceLimitations.max_concurrent_tasks`` from the hardware: one task per usable
+    """``DeviceLimitations.max_concurrent_tasks`` from the hardware: one task per usable
     CPU (at least one); a relay-only node takes one at a time."""
     if tiers == (ComputeTier.RELAY,):
         return 1

@@ -212,9 +212,9 @@ def _rebuild_kw(cls: type[FabricError], message: str, data: dict[str, Any]) -> F
 
 
 class InvalidSpecError(FabricError, ValueError):
-    """A job (or bundle) no node would fix: its constructor refused its arguments, or the spec is
-    inconsistent. Raised by a job's ``__init__``, it is terminal on the first time (seed 000's
-    ``JOB_REJECTED_INVALID_SPEC``), with the job's own message as the reason. ``field`` names the
+    """A job (or bundle) no node would fix: its constructor refused its arguments, or the job's spec is
+    inconsistent. Raised by a job's ``__init__``, it is terminal on the first time (the job is
+    rejected, ``JOB_REJECTED_INVALID_SPEC``), with the job's own message as the reason. ``field`` names the
     part of a bundle or job at fault when the fabric raises it."""
 
     field: str

@@ -1,6 +1,6 @@
 """Fleet events: what the health monitor tells the rest of the fabric about membership and health.
 
-Seed 002 § 4 names four triggers (node added, lost, degraded, burst); the fabric adds the two
+The health monitor has four triggers (node added, lost, degraded, burst); the fabric adds the two
 that its drain grace and flap damping imply (flap-held, collected) and the way back (recovered).
 The operator's changes (cordon, uncordon, drain) are events too, so that every status change
 reaches the registry through one writer (``Registry.apply``) with a cause and a stimulus id.
@@ -34,7 +34,7 @@ class _Event(BaseModel):
 
 
 class NodeAdded(_Event):
-    """A fabric node appeared in Ray's node table (alive): new capacity (seed 002 "node added")."""
+    """A fabric node appeared in Ray's node table (alive): new capacity ("node added")."""
 
     kind: Literal["node_added"] = "node_added"
     status: NodeStatus | None = NodeStatus.ACTIVE
@@ -68,7 +68,7 @@ class NodeDegraded(_Event):
 
 
 class NodeFlapHeld(_Event):
-    """The node's name toggled online/offline too often (seed 002: 3 times in 300 s) and is held off
+    """The node's name toggled online/offline too often (by default 3 times in 300 s) and is held off
     placement until ``until``."""
 
     kind: Literal["node_flap_held"] = "node_flap_held"
@@ -99,7 +99,7 @@ class NodeCordoned(_Event):
 
 
 class NodeUncordoned(_Event):
-    """The node takes work again. An uncordon withdraws an operator drain (seed 000): a
+    """The node takes work again. An uncordon withdraws an operator drain: a
     ``draining`` node is ``active`` again, and one that comes back from ``offline`` later returns
     to ``active``, not ``draining``."""
 

@@ -5,11 +5,11 @@ uses it now; the scheduler's drain saga (``fabric.core.scheduling.drain.DrainPha
 jobs, migrations and spares use it too. A move outside the table raises ``TransitionError``
 naming what moved, from, to and why; staying in the same state is always allowed (a no-op).
 
-Node status is seed 002's registry lifecycle:
+Node status is the registry's lifecycle:
 ``active`` -> ``offline`` (missed heartbeats / Ray lost it) -> ``dead`` (after the drain grace);
 ``active`` -> ``draining`` (operator drain, or Ray saw it go) -> ``offline``/``dead``; a node that
 comes back from ``offline`` or ``draining`` returns to ``active``. ``dead`` is terminal: a node
-that rejoins is a new record (seed 002: "new node appears before old node drains").
+that rejoins is a new record (the new node may appear before the old one drains).
 """
 
 from __future__ import annotations

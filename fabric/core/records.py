@@ -53,7 +53,7 @@ class Utilization(_Model):
 
 
 class RegistryRecord(_Model):
-    """One node in the registry (seed 002 § 2's data model, keyed by Ray's node id)."""
+    """One node in the registry, keyed by Ray's node id."""
 
     node_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
@@ -84,7 +84,7 @@ class RegistryRecord(_Model):
 
     @property
     def limitations(self) -> tuple[str, ...]:
-        """Seed 002's ``limitations``: the probe's notes plus what the node lost."""
+        """The node's ``limitations``: the probe's notes plus what the node lost."""
         return tuple(self.capabilities.limitations.notes) + self.degraded
 
     def flap_held(self, now: float) -> bool:

@@ -6,7 +6,7 @@ code, a dotted path and a message. The edge also bounds what it reads: a setting
 regular file of at most 1 MiB, UTF-8 (or UTF-16/32 with a byte-order mark), and a document nests
 at most 32 levels and holds at most 100,000 values (YAML aliases counted where they expand), so
 no input can make the loader recurse, block or validate for ever. The defaults are a working zero-configuration fabric: one
-pool ``default`` with one fixed pool tier holding every node, SQLite store, seed 002's timings.
+pool ``default`` with one fixed pool tier holding every node, SQLite store, the default health timings.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class NodeShape(SettingsModel):
 
 
 class PoolTier(SettingsModel):
-    """One homogeneous capacity segment of a pool (seed 000's PlacementTier)."""
+    """One homogeneous capacity segment of a pool."""
 
     name: str = Field(min_length=1)
     """Unique within its pool."""
@@ -83,7 +83,7 @@ class PoolTier(SettingsModel):
     """Who creates nodes: ``static`` (none: nodes join by hand), ``local`` (real ``ray start`` on this
     machine), ``ray-autoscaler`` (``request_resources`` on a real cluster)."""
     packing: Literal["binpack", "spread"] = "spread"
-    """``spread`` prefers the emptiest node (seed 002: lowest utilisation); ``binpack`` the fullest."""
+    """``spread`` prefers the emptiest node (lowest utilisation); ``binpack`` the fullest."""
     scale_out: Literal["fixed", "elastic"] = "fixed"
     """``fixed``: the nodes that joined; ``elastic``: may provision from ``candidate_shapes``."""
     max_nodes: Annotated[int, Field(ge=0)] | None = None
@@ -117,7 +117,7 @@ class Pool(SettingsModel):
 
 
 class OperationSpec(SettingsModel):
-    """A named requirement preset (seed 002's FrameDispatcher tags)."""
+    """A named requirement preset."""
 
     min_tier: ComputeTier = ComputeTier.RELAY
     """Best tier the work asks for."""
@@ -138,7 +138,7 @@ class OperationSpec(SettingsModel):
     pool: str | None = None
     """Pool to place into (None: ``default``)."""
     when_full: Literal["spill", "wait"] = "spill"
-    """A full best level spills down (seed 002 burst) or waits for a slot."""
+    """A full best level spills down or waits for a slot."""
     description: str = ""
     """What the operation is, for people reading ``fabric explain``."""
 
@@ -164,7 +164,7 @@ def _default_operations() -> dict[str, OperationSpec]:
 
 
 class HealthSettings(SettingsModel):
-    """Seed 002 §4's health timings. All configurable, all testable with small values."""
+    """Health timings. All configurable, all testable with small values."""
 
     heartbeat_interval_s: PositiveSeconds = 30.0
     """How often a probe actor heartbeats."""
@@ -194,7 +194,7 @@ class HealthSettings(SettingsModel):
 
 
 class FailurePolicySettings(SettingsModel):
-    """Restart ceilings (seed 000: a rate per trailing hour)."""
+    """Restart ceilings (a rate per trailing hour)."""
 
     max_restarts_per_hour: Annotated[int, Field(ge=0)] = 6
     """Restarts a job may take in a trailing hour before it is ultimately lost."""
@@ -207,7 +207,7 @@ class FailurePolicySettings(SettingsModel):
 
 
 class HotSpareSettings(SettingsModel):
-    """Hot spares kept warm for one pool (seed 000 § Hot spares)."""
+    """Hot spares kept warm for one pool."""
 
     pool: str
     """The pool these spares serve (one entry per pool)."""
@@ -242,7 +242,7 @@ def _artifact_uri(v: str) -> str:
 
 
 class TemplateSettings(SettingsModel):
-    """A job template's artifacts (seed 000 ``templateImages``): what warmth counts and spares fetch."""
+    """A job template's artifacts: what warmth counts and spares fetch."""
 
     artifacts: tuple[Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_artifact_uri)], ...] = ()
     """Files by URI (``file://``, ``http://``, ``https://``) a node holds in its artifact cache when warm."""
@@ -257,8 +257,9 @@ def template_artifacts(settings: "FabricSettings", template: str | None) -> tupl
     return entry.artifacts if entry is not None and entry.artifacts else (template,)
 
 
+# The rules these settings drive: fabric.core.scheduling.scaling.
 class ScalingSettings(SettingsModel):
-    """Burst and utilisation scaling (seed 002 § Scaling Mechanisms; ``fabric.core.scheduling.scaling``)."""
+    """Burst and utilisation scaling."""
 
     enabled: bool = True
     """False: the scaler asks for nothing."""
@@ -295,23 +296,23 @@ class FabricSettings(SettingsModel):
     operations: dict[str, OperationSpec] = Field(default_factory=_default_operations)
     """Named requirement presets (``@adaptive.remote(operation=...)``)."""
     health: HealthSettings = Field(default_factory=HealthSettings)
-    """Heartbeat, offline, drain-grace and flap-damping timings (seed 002 §4)."""
+    """Heartbeat, offline, drain-grace and flap-damping timings."""
     failure: FailurePolicySettings = Field(default_factory=FailurePolicySettings)
-    """Restart ceilings for long-running jobs (seed 000)."""
+    """Restart ceilings for long-running jobs."""
     hot_spares: tuple[HotSpareSettings, ...] = ()
     """Hot spares per pool."""
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
-    """Burst and utilisation scaling (seed 002)."""
+    """Burst and utilisation scaling."""
     templates: dict[str, TemplateSettings] = Field(default_factory=dict)
     """Job templates by name: the artifacts each needs (``templates: {encoder: {artifacts: [file:///...]}}``)."""
     routes: dict[HostName, RouteSettings] = Field(default_factory=dict)
     """Edge routes by host name: a job and its declared port (``routes: {channel.example: {job: encode, port: 1935}}``); ``fabric routes --caddy``."""
     migration: MigrationSettings = Field(default_factory=MigrationSettings)
-    """Migration sagas: a deadline per phase and the default strategy (seed 000 § Migration)."""
+    """Migration sagas: a deadline per phase and the default strategy."""
     rebalance: RebalanceSettings = Field(default_factory=RebalanceSettings)
-    """Jobs running below their ``min_tier`` move up when better capacity joins (seed 002)."""
+    """Jobs running below their ``min_tier`` move up when better capacity joins."""
     drain: DrainSettings = Field(default_factory=DrainSettings)
-    """Drain timeouts and the spot-interruption sizing (seed 000 § Drain / cordon, § Spot interruption)."""
+    """Drain timeouts and the spot-interruption sizing."""
     store: StoreSettings = Field(default_factory=StoreSettings)
     """Where the registry keeps durable state."""
     api: ApiSettings = Field(default_factory=ApiSettings)

@@ -1,10 +1,10 @@
 """Settings for moving work on purpose: migration sagas, rebalancing, drains and interruptions (issue 16).
 
 Three sections of ``FabricSettings``: ``migration:`` (a deadline per saga phase, the default
-strategy, the grace ``fabric.down()`` gives in-flight migrations), ``rebalance:`` (seed 002's
+strategy, the grace ``fabric.down()`` gives in-flight migrations), ``rebalance:`` (the
 reconfiguration engine: jobs running below their ``min_tier`` move up when better capacity joins)
 and ``drain:`` (a drain's default timeout and how a provider's interruption notice sizes its
-forced drain: seed 000 § Drain / cordon, § Spot interruption). Every field has a docstring and a
+forced drain). Every field has a docstring and a
 bad value is a ``SettingsError`` problem naming it (``drain.timeout_s``)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
 class MigrationSettings(SettingsModel):
-    """Per-phase deadlines of a migration saga (seed 000 § Migration): an expiry before the point
+    """Per-phase deadlines of a migration saga: an expiry before the point
     of no return rolls back (the source keeps running), after it the saga fails forward."""
 
     place_s: PositiveSeconds = 30.0
@@ -64,7 +64,7 @@ class RebalanceSettings(SettingsModel):
 
 
 class DrainSettings(SettingsModel):
-    """Drain timeouts, and how an interruption notice sizes its forced drain (seed 000 § Spot interruption)."""
+    """Drain timeouts, and how an interruption notice sizes its forced drain."""
 
     timeout_s: PositiveSeconds = 300.0
     """A drain's timeout when the operator names none: then it ends ``partial`` (or, forced, stops what is left)."""

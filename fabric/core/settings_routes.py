@@ -1,4 +1,4 @@
-"""Edge routes (issue 17, seed 002 option C): a host name served by a job's declared host port.
+"""Edge routes: a host name served by a job's declared host port.
 
 ``FabricSettings.routes`` maps a host name to a ``RouteSettings``::
 

@@ -1,4 +1,4 @@
-"""Compute tiers: the ordered hardware classes of seed 002 (§3, Adaptive Scheduler Engine).
+"""Compute tiers: the ordered hardware classes the adaptive scheduler places by.
 
 A node *serves* every tier its hardware supports; its *tier* is the best one. Tiers compare by
 rank, not by name, so ``ComputeTier.GPU_CUDA > ComputeTier.CPU_FFMPEG`` holds.
@@ -26,7 +26,7 @@ class ComputeTier(str, Enum):
 
     @property
     def rank(self) -> int:
-        """10 for ``gpu_cuda`` down to 0 for ``relay`` (seed 002's table)."""
+        """10 for ``gpu_cuda`` down to 0 for ``relay``."""
         return _RANKS[self]
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Edge routes through Caddy (issue 17, seed 002 option C: a port registry that writes the proxy config).
+"""Edge routes through Caddy (a port registry that writes the proxy config).
 
 ``FabricSettings.routes`` maps a host name to a job and the TCP host port it declares
 (``fabric.core.settings_routes``). This module turns the routes and the live bindings (which node

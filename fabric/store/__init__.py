@@ -1,6 +1,6 @@
 """The registry's durable state: node records in a SQLite file (WAL), with a schema version.
 
-Seed 002 § "Orchestrator itself crashes": state lives in the registry's store, not in memory; a
+If the orchestrator itself crashes, nothing is lost: state lives in the registry's store, not in memory; a
 restarted registry, monitor or scheduler re-reads it and reconciles with Ray's node table. This
 module is the store (the record model is ``fabric.core.records``), and nothing else: plain ``sqlite3``, no Ray, so the
 registry actor and the unit tests use the very same code. A record leaves ``nodes`` only for the

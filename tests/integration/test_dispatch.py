@@ -1,6 +1,6 @@
 """Adaptive dispatch on a real local fleet (issue 5): tier order, fallback, bursts that never
-oversubscribe, waiting vs spilling, hard-fail, queue timeout, cordon/drain, seed 002's
-verification, the operator CLI, and metrics.
+oversubscribe, waiting vs spilling, hard-fail, queue timeout, cordon/drain, the
+verification script, the operator CLI, and metrics.
 
 One module-scoped LocalFabric (2-core machine). Tests run in file order; each puts the fleet back
 as it found it. No wall-clock assertions: waits are bounded polls.
@@ -152,7 +152,7 @@ def test_queued_call_runs_when_capacity_appears(lf, names):
 
 
 def test_seed_002_verification(lf, names):
-    """Seed 002 § Verification, against a live fabric: cordon, uncordon, burst."""
+    """The verification script, against a live fabric: cordon, uncordon, burst."""
     h = lf.handle
     # Simulate node loss: kubectl cordon qfox-1 -> the scheduler falls back to the next tier
     h.cordon("gpu-cuda-workstation")
@@ -163,7 +163,7 @@ def test_seed_002_verification(lf, names):
     h.uncordon("gpu-cuda-workstation")
     assert h.select_worker(cuda_or_less).node_name == "gpu-cuda-workstation"
     assert len([r for r in h.nodes() if r.status.value == "active"]) == len(PROFILES)
-    # Simulate burst (seed 002's script, with the live handle as the scheduler)
+    # Simulate burst (the verification script, with the live handle as the scheduler)
     s = h
     before = s.fallback_count
     assignments = []

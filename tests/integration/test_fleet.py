@@ -1,5 +1,5 @@
 """The fleet on a real local Ray cluster (issue 4): five profiles join, the registry and Ray agree,
-nodes are lost, held, rejoined and collected by seed 002's rules, the registry survives SIGKILL, and
+nodes are lost, held, rejoined and collected by the health rules, the registry survives SIGKILL, and
 spoofed or malformed registrations change nothing.
 
 One module-scoped LocalFabric serves every test here (this machine has 2 cores). Tests run in file
@@ -162,7 +162,7 @@ def test_rejoin_before_the_old_node_drains_is_a_new_record_and_the_old_is_collec
     new = lf.add_node("cpu-only-box")  # waits until registered
     assert new.node_id != old.node_id
     recs = records_by_id(lf)
-    # seed 002's race: the new node appears before the old one drains, so both records exist
+    # the race: the new node appears before the old one drains, so both records exist
     assert old.node_id in recs, "the old record was collected before the rejoin registered (grace too short?)"
     assert recs[old.node_id].status is NodeStatus.OFFLINE
     assert recs[new.node_id].status is NodeStatus.ACTIVE and recs[new.node_id].name == "cpu-only-box"
@@ -179,14 +179,14 @@ def test_a_node_that_flaps_three_times_is_held_off(lf):
     lf.kill_node("arm64-board")  # toggle 3: held
     lf.wait_until(lambda: events_of(lf, NodeFlapHeld, second.node_id), "a flap hold on arm64-board")
     held = lf.wait_until(lambda: (r := records_by_id(lf).get(second.node_id)) and r.held_until and r, "the hold in the registry")
-    assert held.held_until > time.time() + 500  # seed 002: held for 600 s
+    assert held.held_until > time.time() + 500  # held for 600 s by default
     third = lf.add_node("arm64-board")  # a rejoin during the hold is held too
     rec = lf.wait_until(lambda: (r := lf.handle.node(third.node_id)) and r.flap_held and r, "the rejoined arm64-board to be held")
     assert rec.status is NodeStatus.ACTIVE and rec.node_id == third.node_id
 
 
 def test_partition_missed_heartbeats_go_offline_not_dead_and_recover(lf):
-    # Ray still has the node; only its heartbeats stop (seed 002: network partition).
+    # Ray still has the node; only its heartbeats stop (a network partition).
     node = lf.node("steamdeck-apu")
     probe = ray.get_actor(f"fabric.probe.{node.node_id}", namespace="fabric")
     ray.get(probe.pause.remote(SETTINGS["health"]["offline_after_s"] + 3))

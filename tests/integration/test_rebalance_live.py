@@ -1,4 +1,4 @@
-"""Rebalance on a real local fleet (issue 16; seed 002's reconfiguration engine: node added ->
+"""Rebalance on a real local fleet (issue 16; the reconfiguration engine: node added ->
 rebalance): the GPU node dies, its encoder job falls back to a CPU node; the GPU node rejoins and
 the job moves back onto it by handover -- no gap, no duplicate, once -- and within the cool-down
 it is not moved again (the GPU node dies and rejoins a second time: the job stays on the CPU node).

@@ -1,4 +1,4 @@
-"""Edge routes through a real Caddy (issue 17, seed 002 option C), on a real local fleet.
+"""Edge routes through a real Caddy (a port registry that writes the proxy config), on a real local fleet.
 
 A LocalFabric with two fabric nodes on distinct loopback addresses (127.0.0.4 and 127.0.0.5: the
 upstream address really changes when the job moves), a job class serving HTTP on its declared

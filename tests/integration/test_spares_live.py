@@ -86,7 +86,7 @@ def test_a_prefer_spare_job_recovers_onto_a_spare_and_a_replacement_appears(lf):
     spares = set(pool_spares(lf)["live"])
     job = Encoder.remote()
     first = job.result(job.wait_running(90).where.remote(), timeout_s=60)
-    assert first not in spares  # at launch a job avoids spares (seed 000: on_launch avoid_spare)
+    assert first not in spares  # at launch a job avoids spares (on_launch: avoid_spare)
     victim = next(n for n in lf.nodes if n.node_id == first)
     lf.kill_node(victim.name)
     lf.wait_until(lambda: (st := h.job(job.job_id)).binding is not None and st.binding.node_id in spares

@@ -1,4 +1,4 @@
-"""Bundle validation (every problem at once), admission and dry-run placement (seed 000 § Validation)."""
+"""Bundle validation (every problem at once), admission and dry-run placement."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st

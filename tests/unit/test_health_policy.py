@@ -1,4 +1,4 @@
-"""Seed 002 § 4 and its edge cases, as health-policy rules over an injected clock (no Ray)."""
+"""The health rules and their edge cases, as health-policy rules over an injected clock (no Ray)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fabric.core.health import HealthPolicy, ManualClock, NodeHealth, ProbeResta
 from fabric.core.lifecycle import NodeStatus, check_transition
 from fabric.core.settings import HealthSettings
 
-SEED = HealthSettings()  # seed 002's numbers: 30 s beats, offline at 90 s, grace 300 s, 3 toggles/300 s -> 600 s
+SEED = HealthSettings()  # the default numbers: 30 s beats, offline at 90 s, grace 300 s, 3 toggles/300 s -> 600 s
 
 
 def ray_node(node_id: str, name: str | None = None, alive: bool = True, fabric: bool = True) -> RayNodeView:
@@ -173,7 +173,7 @@ def test_ray_dead_node_never_recovers_by_heartbeat():
 
 
 def test_derp_latency_heartbeat_timeout_45s():
-    # seed 002: over a DERP relay beats arrive 200-500 ms late; the timeout is raised to 45 s.
+    # over a DERP relay beats arrive 200-500 ms late; the timeout is raised to 45 s.
     derp = HealthSettings(heartbeat_interval_s=30, offline_after_s=45)
     h = Harness(derp)
     h.join("a")
@@ -233,7 +233,7 @@ def test_partition_flap_by_heartbeats_holds():
 
 
 def test_new_node_appearing_before_the_old_one_drains_is_a_separate_record():
-    # seed 002's race: the machine rejoins (new Ray id) while its old record is still offline.
+    # the race: the machine rejoins (new Ray id) while its old record is still offline.
     h = Harness()
     h.join("old", name="box")
     h.kill("old")

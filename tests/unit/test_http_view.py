@@ -1,4 +1,4 @@
-"""The read-only JSON view ``GET /api/capabilities/nodes`` (fabric/api/http_view.py): seed 002's
+"""The read-only JSON view ``GET /api/capabilities/nodes`` (fabric/api/http_view.py): the
 registry shape, the bearer token, nothing else served, a failing record source answered, not fatal."""
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_get_serves_the_nodes():
 
     status, ctype, body = serve(src, scenario)
     assert status == 200 and ctype == "application/json"
-    assert body["count"] == 2 and len(body["nodes"]) == 2  # seed 002: jq '.nodes | length'
+    assert body["count"] == 2 and len(body["nodes"]) == 2  # as jq '.nodes | length' counts them
     assert [n["node_id"] for n in body["nodes"]] == ["n1", "n2"]
     assert SEED_KEYS <= set(body["nodes"][0]) and body["nodes"][0]["last_seen"] == "2026-06-01T04:00:00Z"
     assert src.calls == 1

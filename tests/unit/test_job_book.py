@@ -1,5 +1,5 @@
 """``JobBook`` (``fabric.core.jobs.book``): the pure state of every job and bundle, and the
-instructions each report leads to (issue 14 § Recovery by policy; seed 000 § Runtime failure policy).
+instructions each report leads to (issue 14 § Recovery by policy).
 
 Every book here is wrapped so that ``validate_state()`` is empty, and every job's history only
 holds moves ``JOB_LIFECYCLE`` allows, after every call of every test."""

@@ -51,7 +51,7 @@ def test_bundle_jobs_are_filed_under_replica_and_name_and_placed_primaries_first
 def test_a_bundle_jobs_context_carries_its_job_id_and_its_spec_policy():
     b = Checked()
     b.add_bundle("b1", make_bundle(resilience=False))
-    # the spec's policy and template (a class's decorator defaults, say) differ from the BundleJob's
+    # the job spec's policy and template (a class's decorator defaults, say) differ from the BundleJob's
     b.add("b1/0/encode", spec(on_runtime_failure="prefer_spare", template="enc"), 0.0, bundle_id="b1", replica=0)
     (p,) = b.due(0.0, WHERE)
     assert ctx(b, p).job_id == "b1/0/encode" and ctx(b, p).template == "enc" and not ctx(b, p).recovering

@@ -1,8 +1,8 @@
-"""Node drains and interruption notices, pure (issue 16; seed 000 § Drain / cordon, § Spot
-interruption): the phase and job-status tables, what ``step`` asks for (Ray's drain once every job
-is off, ``ForceStop`` then Ray at a forced timeout, ``partial`` with stuck jobs without force),
-Ray's answer, tightening by a second notice, the uncordon, the interruption's timeout, the
-snapshots' plain-JSON form, and random sequences that keep ``NodeDrains.problems()`` empty."""
+"""Node drains and interruption notices, pure (issue 16): the phase and job-status tables, what
+``step`` asks for (Ray's drain once every job is off, ``ForceStop`` then Ray at a forced timeout,
+``partial`` with stuck jobs without force), Ray's answer, tightening by a second notice, the
+uncordon, the interruption's timeout, the snapshots' plain-JSON form, and random sequences that
+keep ``NodeDrains.problems()`` empty."""
 
 from __future__ import annotations
 

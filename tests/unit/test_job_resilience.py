@@ -1,4 +1,4 @@
-"""A bundle's resilience events (seed 000 ``onResilienceDegraded``): a backup placed in a failure
+"""A bundle's resilience events (``onResilienceDegraded``): a backup placed in a failure
 domain its policy forbids sharing, and a primary on interruptible capacity with no durable backup."""
 
 from fabric.core.jobs import JobBook, JobSpec

@@ -1,5 +1,5 @@
 """Job and bundle lifecycles (``fabric.core.jobs.states``) and the runtime-failure policy
-(``fabric.core.jobs.restarts``): seed 000 § Runtime failure policy, issue 14 § Recovery by policy.
+(``fabric.core.jobs.restarts``): issue 14 § Recovery by policy.
 
 Time is explicit: hours of restarts are driven in milliseconds."""
 

@@ -330,7 +330,7 @@ def test_a_node_of_a_spot_pool_tier_is_interruptible_capacity(tmp_path):
         await sched._sync()
         sched._handle(NodeJoined(provisioned("n-spot", "local-1", "spot")))
         sched._handle(NodeJoined(provisioned("n-res", "local-2", "reserved")))
-        # seed 000: launch_mode spot defaults reliability to interruptible (the resilience event's
+        # launch_mode spot defaults reliability to interruptible (the resilience event's
         # "primary on interruptible capacity"); a fixed or a reserved pool tier is durable
         assert [sched.jobs._interruptible(n) for n in ("n-spot", "n-res", "n1")] == [True, False, False]
 

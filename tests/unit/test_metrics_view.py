@@ -1,4 +1,4 @@
-"""The fabric's metrics (issue 17): ``metrics_view`` assembles seed 000's counters and per-pool
+"""The fabric's metrics (issue 17): ``metrics_view`` assembles the placement and job counters and per-pool
 gauges from plain inputs; ``series`` names what is exported; ``MetricsExporter`` sends counters as
 deltas (the exported counter equals the figure) and gauges every time (zeroing a tag set that
 went away); the scheduler exports on every tick and counts a placement nobody claimed as a

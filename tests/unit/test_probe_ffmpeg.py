@@ -21,7 +21,7 @@ from probes.ffmpeg import (
     one_frame_encode_command,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # copies of ../shared/fixtures/probe (SOURCES.md)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # verbatim tool outputs (SOURCES.md)
 
 
 def fixture(name: str) -> str:

@@ -14,7 +14,7 @@ from probes.sources import LiveSources
 from probes.storage import base_device, parse_storage, storage_kind
 from probes.tailnet import parse_tailscale
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # copies of ../shared/fixtures/probe (SOURCES.md)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # verbatim tool outputs (SOURCES.md)
 
 
 def fixture(name: str) -> str:

@@ -14,7 +14,7 @@ from fabric import ComputeTier, ProbeError
 from probes.profiles import profile_path, profiles
 from probes import RecordedSources, RecordingSources, probe_node
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # copies of ../shared/fixtures/probe (SOURCES.md)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # verbatim tool outputs (SOURCES.md)
 
 
 VM = FIXTURES / "recording-gpuless-vm"

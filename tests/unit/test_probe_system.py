@@ -9,7 +9,7 @@ import pytest
 from probes.sources import LiveSources
 from probes.system import cgroup_cpu_quota, cgroup_files, cgroup_memory_limit, parse_system, read_psutil
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # copies of ../shared/fixtures/probe (SOURCES.md)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # verbatim tool outputs (SOURCES.md)
 
 
 def fixture(name: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from probes.vaapi import codec_of_profile, model_from_driver, parse_vainfo
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # copies of ../shared/fixtures/probe (SOURCES.md)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe"  # verbatim tool outputs (SOURCES.md)
 
 
 def fixture(name: str) -> str:

@@ -1,4 +1,4 @@
-"""Which jobs move up a tier when better capacity joins (issue 16, seed 002's reconfiguration
+"""Which jobs move up a tier when better capacity joins (issue 16, the reconfiguration
 engine), pure: only jobs below their ``min_tier``, none inside its cool-down, the furthest below
 first then the longest running then by id, at most ``max_concurrent - in_flight``, nothing when off."""
 

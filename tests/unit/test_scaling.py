@@ -1,4 +1,4 @@
-"""Burst and utilisation scaling (``fabric.core.scheduling.scaling``; seed 002 § Scaling Mechanisms).
+"""Burst and utilisation scaling (``fabric.core.scheduling.scaling``).
 
 Fleets are hand-built records; the clock is an integer of milliseconds, driven through hours of
 windows in steps (``drive``), so every window edge is checked to the millisecond."""

@@ -56,7 +56,7 @@ APU_DOWN_TO_CPU = Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg", num_cpus=1
 def test_best_tier_first_then_spill_down_when_full(core):
     got = [core.place(APU_DOWN_TO_CPU) for _ in range(6)]
     nodes = [a.node_id for a in got]
-    # gpu_apu level: cuda and apu both serve it (tier >= level); the higher tier ranks first (seed 002)
+    # gpu_apu level: cuda and apu both serve it (tier >= level); the higher tier ranks first
     assert nodes[:4] == ["cuda", "cuda", "apu", "apu"]
     assert nodes[4:] == ["cpu", "cpu"]
     assert [a.fallback_levels for a in got] == [0, 0, 0, 0, 1, 1]

@@ -105,7 +105,7 @@ def test_offline_timeout_shorter_than_a_heartbeat_is_refused():
 def test_yaml_round_trip(tmp_path):
     f = tmp_path / "fabric.yaml"
     f.write_text(
-        "health:\n  heartbeat_interval_s: 45  # Tailscale DERP latency (seed 002)\n  offline_after_s: 135\n"
+        "health:\n  heartbeat_interval_s: 45  # Tailscale DERP latency\n  offline_after_s: 135\n"
         "operations:\n  thumbs:\n    min_tier: gpu_apu\n    floor: cpu_ffmpeg\n"
         "nodes:\n  steamdeck:\n    max_concurrent_tasks: 2\n"
     )

@@ -1,4 +1,4 @@
-"""The ``migration:``, ``rebalance:`` and ``drain:`` settings sections (issue 16): seed 000's
+"""The ``migration:``, ``rebalance:`` and ``drain:`` settings sections (issue 16): their
 defaults, every field documented, every bad value a ``SettingsError`` problem naming its field,
 and the old names of the shared settings pieces still importable from ``fabric.core.settings``."""
 

@@ -1,4 +1,4 @@
-"""The pure hot-spare decisions (``fabric.core.spares``; issue 15 § Hot spares, seed 000 § Hot spares).
+"""The pure hot-spare decisions (``fabric.core.spares``; issue 15 § Hot spares).
 
 Fleets are hand-built records; time is a number. Every test checks ``validate_state`` of the
 pool's ``SpareState`` after every call (``run``)."""

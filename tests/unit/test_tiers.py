@@ -1,4 +1,4 @@
-"""ComputeTier: seed 002's eleven tiers, ranked, ordered by rank, parsed with clear errors."""
+"""ComputeTier: the eleven tiers, ranked, ordered by rank, parsed with clear errors."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The health policy: seed 002 § 4's membership and health rules as a pure state machine.
+"""The health policy: the fleet's membership and health rules as a pure state machine.
 
 Inputs are facts the monitor actor gathers (a snapshot of Ray's node table, the registry's last
 heartbeat per node, a probe's degradation report) plus the time from an injected clock; outputs
@@ -10,13 +10,13 @@ The rules (all timings from ``HealthSettings``):
 - A fabric node (one whose Ray labels carry ``fabric.io/tier``) that Ray shows alive and we have
   not seen is *added* (``active``). Nodes without fabric labels (a bare head node) are ignored.
 - Ray declaring a node dead, or no heartbeat for ``offline_after_s`` (``join_timeout_s`` for
-  the first one, while the node's probe actor starts) (seed 002: 3 missed beats =
+  the first one, while the node's probe actor starts) (by default 3 missed beats =
   90 s; 45 s over DERP), makes it ``offline`` (*lost*). It is not ``dead`` yet: the drain grace
   (``drain_grace_s``) runs first, so a partition heals without churn.
 - A lost node whose heartbeats resume (Ray still had it) is *recovered* (``active``).
 - A node lost for the whole drain grace goes ``dead`` and is *collected*; its id is never
   re-added. A machine that rejoins gets a new Ray node id, hence a new record, and may appear
-  before the old one is collected (seed 002: "new node appears before old node drains": two
+  before the old one is collected (the new node appears before the old one drains: two
   separate nodes).
 - Flap damping is per node *name* (a rejoin is a new id but the same machine): each time a name
   goes from online (some node of that name active) to offline or back is a toggle; ``flap_toggles``
@@ -81,7 +81,7 @@ class FlapHistory:
 
 
 class HealthPolicy:
-    """Seed 002's health rules over an injected clock. Every ``observe_*``/``tick`` call returns the
+    """The health rules over an injected clock. Every ``observe_*``/``tick`` call returns the
     events it decided, in order; the caller applies their statuses and publishes them."""
 
     def __init__(self, settings: HealthSettings | None = None, *, clock: Clock) -> None:

@@ -4,10 +4,10 @@ A task is placed by its ``Requirement`` alone; a job also carries *where it stan
 replica it is and where the other replica sits (best-effort resilience), which peers of its own
 replica are already placed (intra-replica rules), whether it is recovering (runtime-failure
 policy) or launching (spare policy), a pinned target, nodes to keep away from, its template
-(warmth and spare reservation). Seed 000 § Bundles, § Runtime failure policy, § Hot spares.
+(warmth and spare reservation).
 
 ``PlacementContext()`` (all defaults) is what a plain task gets: no peers, no pin, and the
-launch spare policy ``avoid_spare`` (hot spares are reserve; seed 000's ``onLaunch`` default).
+launch spare policy ``avoid_spare`` (hot spares are reserve; the ``onLaunch`` default).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class PlacementContext:
     """Where a job stands when it is placed. Every field has a default that means "no rule"."""
 
     replica_index: int = 0
-    """0 for the primary, 1 for the backup (seed 000: at most one backup)."""
+    """0 for the primary, 1 for the backup (at most one backup)."""
     other_node: str | None = None
     """Node of the other replica's copy of this job, when it is placed."""
     other_zone: str | None = None

@@ -1,7 +1,7 @@
 """The hard filter chain (DESIGN.md § Placement), one named predicate per rule.
 
 A node survives a walk step only if every filter passes; the first one that fails is the
-node's verdict in a trace. The order is the spec's: cheap structural checks first, then
+node's verdict in a trace. The order is fixed: cheap structural checks first, then
 what the node can do, then what it has free, then the relations to other work.
 
 Each filter is ``f(rec, q) -> bool`` over a ``NodeRecord`` and a ``Query`` (one requirement
@@ -99,7 +99,7 @@ def cores(rec: NodeRecord, q: Query) -> bool:
 
 
 def concurrency(rec: NodeRecord, q: Query) -> bool:
-    """Never past ``max_concurrent_tasks`` (seed 002: capacity oversubscription)."""
+    """Never past ``max_concurrent_tasks`` (no capacity oversubscription)."""
     return rec.running < rec._slots
 
 

@@ -1,7 +1,7 @@
 """The ranking key: ten components compared lexicographically, smaller wins, no weights.
 
-Each component decides only when every component above it tied (DESIGN.md § Placement,
-seed 000 § How placement ranks a node, with seed 002's tier preference added as component 4).
+Each component decides only when every component above it tied (the tier
+preference is component 4).
 """
 
 from __future__ import annotations

@@ -56,9 +56,9 @@ class NodeRecord:
     cordoned: bool = False
     """No new placements (operator cordon or drain)."""
     flap_held: bool = False
-    """Held off placement by flap damping (seed 002: 3 toggles in 300 s hold 600 s)."""
+    """Held off placement by flap damping (by default 3 toggles in 300 s hold it 600 s)."""
     unhealthy: bool = False
-    """Excluded after repeated rejections until it recovers (seed 000 ``onNodeUnhealthy``)."""
+    """Excluded after repeated rejections until it recovers (``onNodeUnhealthy``)."""
     max_concurrent_tasks: int | None = None
     """Slot cap; None reads ``capabilities.limitations.max_concurrent_tasks``."""
     utilization_cap: float = 1.0
@@ -127,7 +127,7 @@ class NodeRecord:
             s(self, "status", NodeStatus(self.status))
         cap = self.utilization_cap
         if not isinstance(cap, (int, float)) or isinstance(cap, bool) or math.isnan(cap) or not (0 < cap <= 1):
-            s(self, "utilization_cap", 1.0)  # seed 000: outside (0, 1] is read as 1
+            s(self, "utilization_cap", 1.0)  # outside (0, 1] is read as 1
         for name in ("ports", "jobs", "spare_reserved_for", "warm"):
             v = getattr(self, name)
             if not isinstance(v, frozenset):
@@ -175,7 +175,7 @@ class NodeRecord:
 
     @property
     def unconsumed_spare(self) -> bool:
-        """A hot spare that carries no work: only these count as reserve (seed 000)."""
+        """A hot spare that carries no work: only these count as reserve."""
         return self.spare and self.running == 0 and not self.jobs
 
     @property

@@ -1,4 +1,4 @@
-"""The reference placement engine: the spec, written down plainly.
+"""The reference placement engine: the placement rules, written down plainly.
 
 Walk the steps (``walk.steps``); at an existing-node step run every node through the named
 filter chain and rank the survivors by the key; at a provision step ask the pool tier for a

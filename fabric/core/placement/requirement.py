@@ -10,7 +10,7 @@ Defaults (decided here, documented in API terms):
 - ``min_tier`` defaults to ``relay``: "any node", and because the engine prefers the highest
   tier that serves, an unqualified requirement still lands on the best node that fits.
   API.md's decorator examples always name a ``min_tier`` or an operation.
-- ``floor`` defaults to ``relay`` when ``fallback`` is true (degrade all the way, seed 002's
+- ``floor`` defaults to ``relay`` when ``fallback`` is true (degrade all the way, the
   ``_fallback`` loop) and to ``min_tier`` when ``fallback=False`` (hard).
 - ``num_cpus`` defaults to 1 (Ray's default for a task); ``memory_mib`` to 0.
 - ``payload_size`` is carried for callers and metrics; it does not affect placement and is
@@ -152,7 +152,7 @@ class Requirement:
     memory_mib: float
     """Memory reserved (MiB)."""
     num_cores: int
-    """Physical cores the node must have (not reserved; seed 000's ``requiredCores``)."""
+    """Physical cores the node must have (not reserved; ``requiredCores``)."""
     num_gpus: float
     """GPU capacity: a fraction of one device (<= 1) or a whole number of whole devices."""
     gpu_model: str | None
@@ -164,13 +164,13 @@ class Requirement:
     pool: str | None
     """Pool to place into (None: the settings' default pool)."""
     prefer: str
-    """``highest`` tier that serves first (seed 002) or ``lowest``."""
+    """``highest`` tier that serves first (the default) or ``lowest``."""
     exclusive: bool
     """The work needs a node of its own."""
     payload_size: int
-    """Bytes of input (seed 002's ``payload_size``); informational, not part of ``class_key``."""
+    """Bytes of input (``payload_size``); informational, not part of ``class_key``."""
     when_full: str
-    """``spill`` down the tiers when the best level is full (seed 002 burst) or ``wait`` for a slot."""
+    """``spill`` down the tiers when the best level is full (a burst) or ``wait`` for a slot."""
     scale: str
     """``degrade_first`` (walk every existing-node level before provisioning) or ``provision_first``."""
     class_key: tuple

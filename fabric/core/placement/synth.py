@@ -188,7 +188,7 @@ def realistic_fleet(n: int, seed: int = 0) -> list[NodeRecord]:
 
 _REQ_MIX: tuple[tuple[dict[str, Any], int], ...] = (
     (dict(min_tier="cpu_ffmpeg", num_cpus=1), 35),
-    (dict(min_tier="gpu_apu", floor="cpu_ffmpeg", num_cpus=1, payload_size=1024), 20),  # seed 002's burst
+    (dict(min_tier="gpu_apu", floor="cpu_ffmpeg", num_cpus=1, payload_size=1024), 20),  # a burst
     (dict(min_tier="gpu_cuda", fallback=False, num_gpus=0.25), 5),
     (dict(min_tier="gpu_vaapi", floor="cpu_ffmpeg", num_cpus=2), 8),
     (dict(min_tier="relay", num_cpus=0.5), 10),

@@ -1,11 +1,11 @@
-"""The fabric's metrics, assembled (pure): seed 000's counters and per-pool gauges, plus per-tier
+"""The fabric's metrics, assembled (pure): the placement and job counters and per-pool gauges, plus per-tier
 node counts and utilisation, from plain inputs; and the series they are exported as.
 
 ``metrics_view`` builds the dict ``h.metrics()`` returns: every figure the scheduler core and the
 job runner already keep, plus
 
 - ``placements_attempted`` / ``placements_succeeded`` / ``placements_failed`` /
-  ``placements_dispatch_failed`` (tasks and jobs together). Seed 000: a placement that was made
+  ``placements_dispatch_failed`` (tasks and jobs together). A placement that was made
   but whose start then failed (a job instance that could not be created, a queued task placed for
   a caller that had gone) counts under ``placements_dispatch_failed`` *instead of* succeeded, so
   ``placements_succeeded`` is the core's placed count less the dispatch failures.

@@ -4,7 +4,7 @@ For each change the scheduler's fleet feed reports (``actors.fleet_feed.FleetCha
 ``changed`` or ``lost``), ``fleet_events`` names the events the log gets: ``node_joined``,
 ``node_lost`` or ``node_changed`` (with the changed fields as plain data), then ``node_unhealthy``
 / ``node_healthy`` when the health monitor's verdict on the node began or ended: a flap hold
-(``flap_held``: seed 002's damping) or a demotion (``demoted``: its probe found it lost something,
+(``flap_held``: flap damping) or a demotion (``demoted``: its probe found it lost something,
 so it serves a lower tier than its Ray label says). The scheduler emits them with the stimulus's
 ``stimulus_id``. Pure: no Ray, no I/O.
 """

@@ -1,4 +1,4 @@
-"""Provisions the scheduler asked for: the prospective nodes of the cascade (seed 000 § Tiers).
+"""Provisions the scheduler asked for: the prospective nodes of the cascade.
 
 When nothing fits and an elastic pool tier may grow, the engine answers ``provision(shape)``. The
 core then opens a ``PendingProvision`` here, asks the actor to have the pool tier's provider start
@@ -50,7 +50,7 @@ from fabric.core.settings import FabricSettings, NodeShape, PoolTier
 
 
 PROVISION_BACKOFF_S = 60.0
-"""How long a pool tier is held after a failed provision (seed 000's provision retry backoff)."""
+"""How long a pool tier is held after a failed provision (the provision retry backoff)."""
 
 MAX_PENDING = 4
 """Open provisions a pool tier may have at once: a burst provisions in waves of this many nodes

@@ -12,7 +12,7 @@ from fabric.core.tiers import ComputeTier
 
 @dataclass(frozen=True, slots=True)
 class NodeAssignment:
-    """Seed 002's ``select_worker`` answer: ``assigned`` to a node, or ``deferred`` with a reason."""
+    """The ``select_worker`` answer: ``assigned`` to a node, or ``deferred`` with a reason."""
 
     status: str
     """``assigned`` or ``deferred``."""

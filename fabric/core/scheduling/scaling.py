@@ -1,4 +1,4 @@
-"""Burst and utilisation scaling (seed 002 § Scaling Mechanisms, issue 15 § Burst scaling). Pure.
+"""Burst and utilisation scaling. Pure.
 
 ``Scaler.observe(now, records, queue_depth, pending, settings)`` is called on the scheduler's
 tick with the fleet's records, each pool's queue depth and the provisions in flight per (pool,
@@ -11,10 +11,10 @@ pool tier); it returns what to do as frozen actions, and remembers only its wind
 Every window is ``settings.scaling`` (``ScalingSettings``); ``enabled: false`` asks for nothing
 and forgets every window. Time is ``now`` (seconds, any epoch); nothing here reads a clock.
 
-The rules, and the choices made where seed 002 leaves room:
+The rules, and the choices made where they leave room:
 
 - **Concurrency** is a node's fabric slot cap (``NodeRecord.slots``); **utilisation** is
-  ``running / slots`` (seed 002: worker utilisation), per node for the vertical rule, per pool
+  ``running / slots`` (worker utilisation), per node for the vertical rule, per pool
   (``Σ running / Σ slots``) for scale-out and scale-down. A pool's utilisation counts its
   *working* nodes: active, not cordoned, not flap-held, not unhealthy, not an unconsumed hot
   spare (spares are reserve kept idle on purpose: counting them would make every pool with a
@@ -27,16 +27,16 @@ The rules, and the choices made where seed 002 leaves room:
   raise goes straight to the ceiling (what the probe and the operator deem safe), not by steps.
   Only working nodes are raised.
 - **Growing a pool** (``_grow``, shared by the burst and the pool's high-utilisation window):
-  raise every working node of the pool with headroom (seed 002 "activate idle capacity"); a
+  raise every working node of the pool with headroom (activate idle capacity first); a
   node the vertical rule raised in the same call counts as that growth. Else, while any
   provision of the pool is in flight (``pending``), nothing: the group coming up counts against
   the burst. Else one ``ProvisionGroup`` from the pool's first elastic pool tier, in cost order,
   that is neither at its ``max_nodes`` (its non-dead nodes, spares included, plus its pending
-  provisions) nor inside ``group_interval_s`` of its last group (seed 002: at most one new worker
+  provisions) nor inside ``group_interval_s`` of its last group (at most one new worker
   group per 60 s per tier; a rate-limited tier is skipped, so the cascade spills on). The shape
   is the pool tier's first candidate shape; ``count`` is ``group_size``, less where
   ``max_nodes`` leaves less room. Every pool tier full or rate-limited: nothing (the work stays
-  queued: seed 002's "ENQUEUE with priority").
+  queued, by priority).
 - **Burst**: a pool's queue deeper than ``burst_queue_depth`` (strictly over) without a break
   for ``burst_window_s`` grows the pool. A window *resets once acted on* (an action was
   returned), so it fires again only after another full window; a window that could not act
@@ -48,7 +48,7 @@ The rules, and the choices made where seed 002 leaves room:
   node). A pool over ``high_utilization`` for ``high_window_s`` grows (raises first, as above);
   it resets once acted on, as a burst does.
 - **Low utilisation**: a pool under ``low_utilization`` for ``low_window_s``, with an empty queue
-  and no provision in flight (seed 002: "if queue empty"; a pool that is growing is not idle),
+  and no provision in flight (only with the queue empty; a pool that is growing is not idle),
   scales its idle provisioned nodes down to each pool tier's ``min_nodes``. The low window
   resets whenever it fires, acted on or not: scale-down is never urgent. Candidates: nodes of
   the pool's *elastic* pool tiers (the fabric provisioned them; a fixed pool tier's nodes are

@@ -103,7 +103,7 @@ class PlaceRequested(Stimulus):
 
 @dataclass(frozen=True)
 class SelectRequested(Stimulus):
-    """Seed 002's ``select_worker``: where would this run now (nothing reserved)."""
+    """``select_worker``: where would this run now (nothing reserved)."""
 
     requirement: Requirement
 

@@ -1,4 +1,4 @@
-"""Hot spares, pure: what one pool's spares need, as decisions an actor carries out (seed 000 § Hot spares).
+"""Hot spares, pure: what one pool's spares need, as decisions an actor carries out.
 
 Modules: ``decisions`` (Provision, Abandon, Reap, Tag, Underflow, Prefetch), ``state``
 (SpareState: provisions in flight, backoff, activity; ``validate_state``; the provision lifecycle,

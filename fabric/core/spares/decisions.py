@@ -2,7 +2,7 @@
 
 ``reconcile`` (``fabric.core.spares.reconcile``) returns a list of these; the actor that drives
 it (one ``SpareReconcilerActor`` per pool) turns each into a provider call, a tag write, a fetch
-or an event, and reports the outcome back to the pool's ``SpareState``. Seed 000 § Hot spares.
+or an event, and reports the outcome back to the pool's ``SpareState``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Tag:
 @dataclass(frozen=True)
 class Underflow:
     """The ``spare_underflow`` event: pool ``pool`` has ``current`` live spares of ``target``
-    (seed 000 ``onSpareUnderflow(pool, effective, target)``)."""
+    (``onSpareUnderflow(pool, effective, target)``)."""
 
     pool: str
     current: int

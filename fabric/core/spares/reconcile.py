@@ -1,4 +1,4 @@
-"""``reconcile``: what one pool's hot spares need now, as decisions (seed 000 § Hot spares).
+"""``reconcile``: what one pool's hot spares need now, as decisions.
 
 Pure: the fleet, the pool's spare entry, the settings, the pool's ``SpareState`` and the time
 come in; a list of ``Provision`` / ``Abandon`` / ``Reap`` / ``Tag`` / ``Underflow`` /

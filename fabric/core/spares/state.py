@@ -25,8 +25,8 @@ from fabric.core.provision_phase import IN_FLIGHT, PROVISION_LIFECYCLE, Provisio
 from fabric.core.settings import NodeShape
 
 BACKOFF_S = 60.0
-"""Wait after a failed spare provision before the next (seed 000 ``SPARE_PROVISION_RETRY_BACKOFF_MS``;
-``HotSpareSettings.provision_backoff_s`` defaults to it)."""
+"""Wait after a failed spare provision before the next (``HotSpareSettings.provision_backoff_s``
+defaults to it)."""
 REAP_RETRY_S = 300.0
 """A reap asked for that has not taken effect after this long is asked again."""
 FINISHED_KEPT = 256
