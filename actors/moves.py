@@ -1,5 +1,5 @@
 """Requests to move work on purpose: migrations, drains, evictions, reclaim notices (the operator's
-side of the scheduler actor; API.md § Drain, eviction, interruption, migration).
+side of the scheduler actor; docs/operations.md).
 
 ``MoveRequests`` is one object of ``actors.scheduler.Scheduler``, whose remote methods of the same
 names hand every such call to it: it reads what arrives over the wire with the scheduler's readers

@@ -1,4 +1,4 @@
-"""OperatorActor: the operator API's server on the head (issue 17; API.md § Events, metrics, operator API).
+"""OperatorActor: the operator API's server on the head (issue 17; docs/operator-api.md).
 
 The detached, named actor ``fabric.operator`` (namespace ``fabric``), started by ``fabric.up()`` on
 the head like the scheduler. It runs its own asyncio event loop in a thread and serves there:

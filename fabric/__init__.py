@@ -1,6 +1,6 @@
 """adaptive-fabric: a Ray-native compute fabric for fleets that keep changing.
 
-The names below are the public contract (see API.md). The pure core (tiers, capabilities,
+The names below are the public contract (see the README and docs/). The pure core (tiers, capabilities,
 settings, errors, placement) is imported eagerly and needs no Ray; the runtime names
 (``adaptive``, ``up``, ``down``) import Ray only when first used.
 """

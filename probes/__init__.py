@@ -1,7 +1,7 @@
 """Hardware detection: what a node is and can do, read through one ``Sources`` seam.
 
 ``probe_node()`` reads this machine; ``probe_node(RecordedSources(folder))`` reads a recording of
-one (API.md § Probing). Absent hardware or tools are simply absent, never an exception. This
+one. Absent hardware or tools are simply absent, never an exception. This
 package sits above the pure core and below the actors: it imports neither Ray nor ``actors``.
 """
 

@@ -6,8 +6,8 @@ address; a hardware encoder counts only when ffmpeg's one-frame test encode prov
 via NVML's encoder capacity *and* the test; VA-API via vainfo's entrypoints *and* the test on
 that GPU's render node). No test, a failed test or no ffmpeg at all proves nothing: the codec
 is not in the GPU's ``encoders`` and its encode entrypoints leave ``vaapi_profiles``, so a GPU
-with no proven VA-API encode is decode-only and gives no VA-API tier it could not serve (API.md
-§ Probing: listing an encoder is not having it). Anything missing, unreadable or malformed is
+with no proven VA-API encode is decode-only and gives no VA-API tier it could not serve
+(listing an encoder is not having it). Anything missing, unreadable or malformed is
 absent, with a note in ``limitations.notes`` where a person would want to know why, and every
 explained tier the node does not serve gets its reason in ``unserved`` (``probes.unserved``).
 """

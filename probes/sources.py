@@ -1,7 +1,7 @@
 """The one seam between the probe and the machine: ``Sources``.
 
 Every hardware read the probe makes goes through a ``Sources`` object, and every method returns
-raw material in exactly the shape a recording stores it (API.md § Probing): ``system.json`` and
+raw material in exactly the shape a recording stores it: ``system.json`` and
 ``nvml.json`` as dicts, vainfo's text per render node, sysfs/procfs file contents by path
 (relative to ``/``), symlink targets, ffmpeg's encoder list and test encodes, tailscale's JSON.
 So a recording is simply what ``LiveSources`` returned, written to disk, and ``RecordedSources``
@@ -13,7 +13,7 @@ should be, a file over 1 MiB, JSON that is invalid or nested deeper than 32 leve
 blocks, nothing recurses without bound: ``probes._files``). Only a recording folder that does
 not exist is an error (``ProbeError``), because that is a mistake of whoever named it.
 
-Recording layout (beyond API.md's list): ``links.json`` maps a symlink's path to its resolved
+Recording layout (beyond the files above): ``links.json`` maps a symlink's path to its resolved
 target (``sys/class/drm/renderD128/device/driver`` -> ``/sys/bus/pci/drivers/amdgpu``; a symlink
 cannot live in the tree because a directory of the same name often must), ``proc/self/cgroup``
 and ``sys/fs/cgroup/...`` carry cgroup limits, ``ffmpeg/path.txt`` and ``ffmpeg/version.txt``

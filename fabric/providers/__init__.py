@@ -1,4 +1,4 @@
-"""Node providers (DESIGN.md § Layout: the layer beside ``fabric.api``, above ``fabric.rayio``):
+"""Node providers (the layer beside ``fabric.api``, above ``fabric.rayio``):
 what creates and terminates nodes for an elastic pool tier. ``base`` holds the protocol, the
 ``ProvisionedNode`` record and ``ProviderError``; ``factory`` holds ``providers_for``; ``local`` starts real
 ``ray start --block`` worker processes on this machine, and holds the ``ray start`` argument

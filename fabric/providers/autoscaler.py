@@ -1,7 +1,7 @@
 """The ``ray-autoscaler`` provider: Ray's autoscaler brings nodes up; the fabric says how many.
 
 The fabric is the only writer of ``ray.autoscaler.sdk.request_resources`` (each call replaces
-the last: DESIGN.md § Ray facts). The provider keeps a demand model and rewrites the whole
+the last: a fact of Ray's). The provider keeps a demand model and rewrites the whole
 request on every ``sync`` and after every ``provision`` / ``terminate``: one bundle per
 
 - instance it holds: a *pending* provision (asked for, no node yet) or a *running* one (a node

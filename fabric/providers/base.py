@@ -1,6 +1,6 @@
 """The node-provider protocol: what creates and terminates nodes for an elastic pool tier.
 
-DESIGN.md § Words: a *provider* turns a ``provision`` decision into a node. It is handed a
+A *provider* turns a ``provision`` decision into a node. It is handed a
 ``NodeShape`` (for the ``local`` provider a shape names a probe profile) and the pool and pool
 tier the node is for, starts the node, and answers a ``ProvisionedNode``: the instance it made,
 with the labels the node joins Ray with (pool, pool tier, instance id, spare tag). Until that

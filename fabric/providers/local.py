@@ -18,7 +18,7 @@ labels and environment (``NodeArgs.cluster_kwargs()`` is ``Cluster.add_node``'s 
 ``LocalFabric`` uses); ``ray_start_args`` renders a ``NodeArgs`` as a ``ray start`` argv (the
 form ``fabric join`` and this provider run).
 
-Ray facts this relies on (Ray 2.60, DESIGN.md § Ray facts): ``ray start --address`` refuses to
+Ray facts this relies on (Ray 2.60): ``ray start --address`` refuses to
 run with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (the loopback switch tests set), so the child
 runs without it and with an explicit ``--node-ip-address`` instead (by default the head's
 address when that is a loopback one, e.g. a ``LocalFabric(node_ip_address="127.0.0.2")``:

@@ -1,4 +1,4 @@
-"""Bringing the fabric up on a Ray cluster, and the handle drivers hold (API.md § Running the fabric).
+"""Bringing the fabric up on a Ray cluster, and the handle drivers hold.
 
 ``up(settings)`` (``fabric.runtime.lifecycle.bring_up``, then a ``FabricHandle``) gets or creates the fabric's detached, named actors in namespace ``fabric``
 (registry, health monitor, and the scheduler and dispatcher when installed), so it is idempotent
@@ -185,7 +185,7 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
         """Job and bundle events after number ``since`` (each: seq, kind, at, data)."""
         return self._scheduler_api().job_events(since, read_kinds(kinds))
 
-    # -- bundles (API.md § Bundles) ------------------------------------------------------------------------
+    # -- bundles (docs/jobs.md) -----------------------------------------------------------------------------
     def _bundle_blob(self, bundle: Any) -> bytes:
         from fabric.core.jobs.bundles import Bundle
         from fabric.core.errors import InvalidSpecError

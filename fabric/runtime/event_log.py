@@ -1,4 +1,4 @@
-"""``FabricHandle.events``: reading the fabric's one event log (API.md § Events).
+"""``FabricHandle.events``: reading the fabric's one event log (docs/operator-api.md).
 
 The log is the scheduler's (``actors.jobs.JobRunner.emit``); each event is a ``FabricEvent``
 (``seq``, ``kind``, ``at``, ``stimulus_id``, ``data``). ``EventsSurface`` is mixed into

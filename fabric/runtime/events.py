@@ -1,4 +1,4 @@
-"""The fabric's one event log in the driver (API.md § Events): ``h.events`` and ``fabric.on``.
+"""The fabric's one event log in the driver (docs/operator-api.md): ``h.events`` and ``fabric.on``.
 
 The log is the scheduler's (``actors.jobs.JobRunner.emit``: bounded, persisted in the job store):
 every event is a dict ``{"seq", "kind", "at", "stimulus_id", "data"}``, numbered in order. Fleet

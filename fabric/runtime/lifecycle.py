@@ -1,4 +1,4 @@
-"""Bringing the fabric's actors up on a Ray cluster and stopping them (API.md § Running the fabric).
+"""Bringing the fabric's actors up on a Ray cluster and stopping them.
 
 ``bring_up(settings)`` gets or creates the fabric's detached, named actors in namespace ``fabric``
 (registry, health monitor, and the scheduler and dispatcher when installed), so it is idempotent

@@ -1,5 +1,5 @@
 """Moving work on purpose, on the driver's side: the ``FabricHandle`` methods for drain, eviction,
-spot interruption and migration (API.md § Drain, eviction, interruption, migration).
+spot interruption and migration (docs/operations.md).
 
 Each method calls the scheduler actor through the handle's ``SchedulerApi`` and answers what it
 answered: a ``DrainState``, a ``NodeInterruptionState``, a ``MigrationState`` or a migration id. The

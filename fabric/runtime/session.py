@@ -88,7 +88,7 @@ class Session:
         """Look up the scheduler and dispatcher and ask the scheduler's queue timeout:
         ``SchedulerUnavailableError`` when it does not answer. When the fabric is not up,
         ``bring_up()`` brings it up with defaults (``fabric.runtime.lifecycle.connected`` passes one:
-        API.md's "``.remote()`` brings the fabric up with defaults if it is not up"); without one, or
+        a ``.remote()`` brings the fabric up with defaults if it is not up); without one, or
         when the actors did not come up, ``SchedulerUnavailableError``."""
         from fabric.rayio.driver import AnswerTimeout
 

@@ -1,5 +1,5 @@
 """Hot spares and provisions on the driver's side: the reconcilers ``fabric.up`` starts, and the
-``FabricHandle`` methods over them (API.md § Pools, providers, hot spares).
+``FabricHandle`` methods over them (docs/pools.md).
 
 - ``start_reconcilers`` (``fabric.runtime.lifecycle``'s): one ``SpareReconcilerActor``
   (``fabric.spares.<pool>``, detached, on the head) per pool of the live hot-spare list.

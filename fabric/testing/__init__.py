@@ -1,4 +1,4 @@
-"""Testing and demo helpers (API.md § Testing and demo helper): ``LocalFabric``, a real multi-node
+"""Testing and demo helpers: ``LocalFabric``, a real multi-node
 fabric on this machine, and ``profiles()``, the bundled probe profiles its nodes are made from.
 Importing this package does not import Ray; starting a ``LocalFabric`` does."""
 

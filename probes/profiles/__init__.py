@@ -1,7 +1,7 @@
 """Bundled probe profiles: named recordings of real (or realistically constructed) machines.
 
 Each profile is a folder ``probes/profiles/<name>/`` holding a recording in the layout of
-API.md § Probing (read it with ``probes.RecordedSources``), a ``profile.json`` (``name``,
+``probes.sources`` (read it with ``probes.RecordedSources``), a ``profile.json`` (``name``,
 ``description``, ``roles``, ``expect_tier``) and a ``PROVENANCE.md`` saying, file by file, what
 is a verbatim copy of a real tool output and what was constructed from which public facts.
 Profiles let one machine stand in for a mixed fleet: tests, the demo and ``LocalFabric`` start

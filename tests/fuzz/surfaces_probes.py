@@ -1,7 +1,7 @@
 """Fuzz surfaces over the probe: each public parser, and whole recorded machines mangled on disk.
 
-Every parser's contract is "never raises, absent means absent" (``probes`` package docstring,
-API.md § Probing), so no exception counts as a clean refusal there: ``typed`` is empty. The
+Every parser's contract is "never raises, absent means absent" (``probes`` package
+docstring), so no exception counts as a clean refusal there: ``typed`` is empty. The
 file-tree parsers get a fake tree that keeps the ``Sources`` contract (``read_file`` returns text
 or None, ``list_dir`` names, ``resolve_link`` a target or None) with hostile contents.
 

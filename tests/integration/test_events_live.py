@@ -1,4 +1,4 @@
-"""The fabric's one event log on a real local fleet (issue 17, API.md § Events).
+"""The fabric's one event log on a real local fleet (issue 17).
 
 One module-scoped LocalFabric (2-core machine): two small raylets. A job's events and the
 fleet's node events land in one log, numbered in order, each with a ``stimulus_id``; a node

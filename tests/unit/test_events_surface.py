@@ -1,4 +1,4 @@
-"""The fabric's one event log (issue 17, API.md § Events) without Ray.
+"""The fabric's one event log (issue 17) without Ray.
 
 - ``fleet_events`` (pure): each fleet feed change is ``node_joined`` / ``node_lost`` /
   ``node_changed`` (its fields as plain data), and a flap hold or a demotion that begins or ends is

@@ -4,7 +4,7 @@
 from the requirement's ``min_tier`` down to its floor and, within a level, the pool's tiers in
 cost order; runs nodes through the named hard filters and ranks survivors by a ten-component
 lexicographic key; provisions from an elastic pool tier when nothing fits; otherwise defers.
-See DESIGN.md § Placement and ``walk`` for the exact rules (resilience, ``when_full``, scale).
+See ``walk`` for the exact rules (resilience, ``when_full``, scale).
 
 Hard filters, in order (``FILTER_NAMES``; a trace names the first one a node fails):
 target_node, pool, pool_tier, excluded, status, cordoned, spare_reserved, capabilities, level,

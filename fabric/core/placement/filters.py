@@ -1,4 +1,4 @@
-"""The hard filter chain (DESIGN.md § Placement), one named predicate per rule.
+"""The hard filter chain, one named predicate per rule.
 
 A node survives a walk step only if every filter passes; the first one that fails is the
 node's verdict in a trace. The order is fixed: cheap structural checks first, then

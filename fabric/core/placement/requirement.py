@@ -9,7 +9,7 @@ Defaults (decided here, documented in API terms):
 
 - ``min_tier`` defaults to ``relay``: "any node", and because the engine prefers the highest
   tier that serves, an unqualified requirement still lands on the best node that fits.
-  API.md's decorator examples always name a ``min_tier`` or an operation.
+  The decorator's documented examples always name a ``min_tier`` or an operation.
 - ``floor`` defaults to ``relay`` when ``fallback`` is true (degrade all the way, the
   ``_fallback`` loop) and to ``min_tier`` when ``fallback=False`` (hard).
 - ``num_cpus`` defaults to 1 (Ray's default for a task); ``memory_mib`` to 0.

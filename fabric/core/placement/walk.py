@@ -1,6 +1,6 @@
 """The order of the walk and the decisions it ends in, shared by both implementations.
 
-Steps (DESIGN.md § Placement): for each compute level from ``min_tier`` down to the floor,
+Steps: for each compute level from ``min_tier`` down to the floor,
 and within a level for each pool tier in cost order, an *existing-node* step; then
 *provision* steps over the same levels and pool tiers. ``scale="provision_first"`` puts a
 level's provision steps right after its existing-node steps instead.

@@ -1,4 +1,4 @@
-"""The fleet's node events in the fabric's one event log (API.md § Events), from the fleet feed's changes.
+"""The fleet's node events in the fabric's one event log, from the fleet feed's changes.
 
 For each change the scheduler's fleet feed reports (``actors.fleet_feed.FleetChange``: ``joined``,
 ``changed`` or ``lost``), ``fleet_events`` names the events the log gets: ``node_joined``,
