@@ -1,5 +1,5 @@
 """DrainRunner: node drains, evictions, reclaim notices and rebalancing, carried out in the scheduler
-(seed 000 § Drain / cordon, § Spot interruption; seed 002's reconfiguration engine).
+(cordons and drains, spot interruptions, the reconfiguration engine's moves).
 
 The decisions are the jobs core's (``fabric.core.jobs.node_moves``: one ``NodeDrain`` per node,
 the notices, rebalance); this class reads each request into a stimulus, hands it to the job

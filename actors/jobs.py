@@ -1,4 +1,4 @@
-"""JobRunner: the executor of the jobs core, inside the scheduler actor (seed 000's jobs and bundles on Ray).
+"""JobRunner: the executor of the jobs core, inside the scheduler actor (jobs and bundles on Ray).
 
 The decisions are ``fabric.core.jobs.core.JobsCore``'s: every request, fact and answer becomes one
 stimulus, ``JobsCore.handle`` answers with instructions, and this class carries them out through
@@ -485,7 +485,7 @@ class JobRunner:
             self.counters["jobs_rejected"] += 1
 
     def metrics(self) -> dict[str, Any]:
-        """Seed 000's job and bundle counters, and jobs per state."""
+        """The job and bundle counters, and jobs per state."""
         states = collections.Counter(r.state.value for r in self.book.jobs.values())
         return {"jobs_rejected": self.counters["jobs_rejected"], "jobs_dropped": self.counters["jobs_dropped"],
                 "bundles_broken": self.counters["bundles_broken"],

@@ -1,4 +1,4 @@
-"""RegistryActor: seed 002 § 2's capability registry, durable, on the head node.
+"""RegistryActor: the fabric's capability registry, durable, on the head node.
 
 One record per Ray node id (``fabric.store.RegistryRecord``): capabilities, Ray labels, status
 ``active | draining | offline | dead``, ``last_seen``, utilisation, limitations, flap hold,
@@ -304,7 +304,7 @@ class Registry:
     # -- operator changes (events through apply, like every other status change) -------------------------
     def set_cordoned(self, node: str, cordoned: bool, stimulus_id: str | None = None, reason: str | None = None) -> RegistryRecord:
         """Cordon or uncordon (a ``NodeCordoned``/``NodeUncordoned`` through ``apply``). Uncordoning
-        a draining node withdraws the drain: it is active again (seed 000: uncordon withdraws a drain)."""
+        a draining node withdraws the drain: it is active again (an uncordon withdraws a drain)."""
         record = self.record(node)
         kind = NodeCordoned if cordoned else NodeUncordoned
         return self._operator(kind, record, stimulus_id or _stimulus("cordon" if cordoned else "uncordon"), reason)

@@ -1,4 +1,4 @@
-"""SchedulerActor: the fabric's detached, named placement service (seed 002 §3 and §5).
+"""SchedulerActor: the fabric's detached, named placement service (placement and reconfiguration).
 
 A thin actor around ``SchedulerCore`` (pure: fleet view, reservations, deferred queue, leases,
 drains). It turns each call it receives and each change its fleet feed reports into a stimulus,
@@ -92,7 +92,7 @@ class Scheduler:
         from fabric.core.scheduling.scaling import Scaler
 
         self.scaler = Scaler()
-        """Burst and utilisation scaling (seed 002), observed every tick (``_scale``)."""
+        """Burst and utilisation scaling , observed every tick (``_scale``)."""
         self.spare_tags: dict[str, dict[str, Any]] = {}
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
         self.raised: dict[str, dict[str, Any]] = {}
@@ -257,7 +257,7 @@ class Scheduler:
         self._handle(SlotsReleased(msg.read_allocations(allocation_ids)))
 
     async def select_worker(self, req: Requirement) -> NodeAssignment:
-        """Seed 002's ``select_worker``: where would this go now (no reservation kept)."""
+        """``select_worker``: where would this go now (no reservation kept)."""
         req = msg.read_requirement(req)
         await self._until_ready()
         s = SelectRequested(req)
@@ -276,7 +276,7 @@ class Scheduler:
         return self.core.fallback_count
 
     def metrics(self) -> dict[str, Any]:
-        """Seed 000's counters and per-pool gauges, per-tier figures (``metrics_view``)."""
+        """The counters and per-pool gauges, per-tier figures (``metrics_view``)."""
         from fabric.core.scheduling.metrics_view import metrics_view
 
         jobs = self.jobs

@@ -1,5 +1,5 @@
 """``fabric api-token`` and ``fabric api-address``: how a tool that is not a Python driver reaches the
-operator API (issue 17; API.md § Events, metrics, operator API).
+operator API (issue 17; docs/operator-api.md).
 
 ``fabric api-token`` prints the bearer token (the ``fabric.operator`` actor's ``api_token`` file);
 ``fabric api-address`` the gRPC and HTTP (JSON view) addresses, one per line (``grpc HOST:PORT``,

@@ -1,4 +1,4 @@
-"""``fabric events``: the fabric's one event log (issue 17, API.md § Events), in 80 columns or JSON.
+"""``fabric events``: the fabric's one event log (issue 17, docs/operator-api.md), in 80 columns or JSON.
 
 ``fabric events`` prints the newest ``--limit`` events (default 50); ``--since N`` those after
 number N instead (up to ``--limit``); ``--kind K`` (repeatable) only those kinds. Each line is the

@@ -1,4 +1,4 @@
-"""``fabric join`` / ``fabric start-head`` (seed 002's one-shot bootstrap agent) and ``fabric status``.
+"""``fabric join`` / ``fabric start-head`` (the one-shot bootstrap agent) and ``fabric status``.
 
 ``join`` and ``start-head`` probe the node (the live machine, a bundled ``--profile`` or a
 ``--recording DIR``), then run ``ray start`` with the probed capabilities as Ray resources and

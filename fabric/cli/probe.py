@@ -37,7 +37,7 @@ def add_parser(subparsers: Any) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", dest="output", action="store_const", const="json", help="NodeCapabilities as JSON")
     out.add_argument("--ray-labels", dest="output", action="store_const", const="ray-labels", help="Ray node labels as JSON")
-    out.add_argument("--k3s-labels", dest="output", action="store_const", const="k3s-labels", help="seed 002's k3s labels as JSON")
+    out.add_argument("--k3s-labels", dest="output", action="store_const", const="k3s-labels", help="k3s node labels as JSON")
     out.add_argument("--ray-start-args", dest="output", action="store_const", const="ray-start-args",
                      help="the --resources/--labels arguments for `ray start`")
     out.add_argument("--table", dest="output", action="store_const", const="table", help="a one-row-per-node table")

@@ -1,4 +1,4 @@
-"""``fabric routes``: edge routes through Caddy (issue 17, seed 002 option C).
+"""``fabric routes``: edge routes through Caddy (issue 17).
 
 ``fabric routes --caddy FILE`` writes a Caddy JSON config for the settings' ``routes`` (host ->
 job and declared port) from the live bindings: each routable host reverse-proxies to the address

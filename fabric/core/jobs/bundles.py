@@ -1,4 +1,4 @@
-"""Bundles: the unit of long-running work an operator submits (seed 000 § Bundles).
+"""Bundles: the unit of long-running work an operator submits (a bundle).
 
 A ``Bundle`` runs a **primary** copy (replica 0) and, only when it carries a ``ResiliencePolicy``,
 one **backup** (replica 1); the copy count is derived (``replica_count``), never set. Each copy holds
@@ -88,7 +88,7 @@ class BundleJob(_Model):
     name: Name
     """Unique within the bundle; rules and ``start_bundle_job`` refer to it."""
     cls: Any = None
-    """The class to run (pickled beside the spec; the scheduler never imports it)."""
+    """The class to run (pickled beside the job's spec; the scheduler never imports it)."""
     args: tuple[Any, ...] = ()
     """Constructor positional arguments."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -263,7 +263,7 @@ class Bundle(_Model):
     # -- shape -----------------------------------------------------------------------------
     @property
     def replica_count(self) -> int:
-        """1, or 2 with a resilience policy (seed 000: no N-way redundancy)."""
+        """1, or 2 with a resilience policy (no N-way redundancy)."""
         return 2 if self.resilience is not None else 1
 
     @property
@@ -389,7 +389,7 @@ class Bundle(_Model):
         - Spares: recovering, the job's ``on_runtime_failure`` is the policy; a first placement
           follows the bundle's ``on_launch``; any other placement (a migration, a manual start of
           an already-placed job) carries no spare penalty (``allow_spare``): the reserve is
-          protected by reservation there (seed 000 § Migration).
+          protected by reservation there.
 
         ``spec`` is the job's expanded ``JobSpec`` (for its policy and template; None: the bundle
         job's own fields over ``JobSpec``'s defaults). ``job_id`` binds a committed allocation."""

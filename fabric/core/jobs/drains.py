@@ -1,5 +1,5 @@
-"""A node's drain of its jobs, and a provider's interruption notice as a forced drain (seed 000
-§ Drain / cordon, § Spot interruption; issue 16). Pure: time comes in as ``now``.
+"""A node's drain of its jobs, and a provider's interruption notice as a forced drain
+(cordons and drains, spot interruptions; issue 16). Pure: time comes in as ``now``.
 
 A node has one drain, its ``NodeDrain`` here, whoever asks (``fabric drain``, a reclaim notice, the
 scheduler's ``drain``). It cordons the node (the caller's part: the task core cordons it and counts

@@ -1,4 +1,4 @@
-"""Migration sagas: moving a running job to another node on purpose (seed 000 § Migration).
+"""Migration sagas: moving a running job to another node on purpose.
 
 Ray has no live migration for actors; the sagas are the fabric's. One ``Migration`` per job at a
 time walks its strategy's path through ``MigrationPhase``; each step is a reported fact (the target

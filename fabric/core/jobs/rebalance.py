@@ -1,4 +1,4 @@
-"""Which jobs move up a tier when better capacity joins (seed 002's reconfiguration engine: node
+"""Which jobs move up a tier when better capacity joins (the reconfiguration engine: a node
 added -> rebalance; issue 16). Pure: the runner builds the candidates and carries out the moves.
 
 A job that fallback placed below its ``min_tier`` (its node's tier is lower) is a candidate; one

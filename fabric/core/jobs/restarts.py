@@ -1,4 +1,4 @@
-"""What happens when a job's instance dies: seed 000's runtime-failure policy (pure, clock given).
+"""What happens when a job's instance dies: the runtime-failure policy (pure, clock given).
 
 ``verdict(...)`` says ``recover`` (not before a time: consecutive recoveries of one job are at
 least ``min_recovery_interval_s`` apart), ``drop`` (the job ends alone) or ``break`` (it ends and

@@ -93,7 +93,7 @@ class JobSpec:
             if self.name in getattr(self, rule):
                 raise RequirementError(rule, "a job's rules cannot name the job itself", self.name)
         if self.single_use and not self.requirement.exclusive:
-            raise RequirementError("single_use", "requires exclusive=True (seed 000)", True)
+            raise RequirementError("single_use", "requires exclusive=True (a single-use job holds its node alone)", True)
         if self.start_mode not in START_MODES:
             raise RequirementError("start_mode", "must be 'auto' or 'manual'", self.start_mode)
         for name in ("health_period_s", "health_timeout_s", "call_timeout_s"):

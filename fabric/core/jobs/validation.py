@@ -1,4 +1,4 @@
-"""Checking a bundle before it is submitted (seed 000 § Validation): every problem at once.
+"""Checking a bundle before it is submitted (admission): every problem at once.
 
 - ``validate_bundle(bundle, settings, fleet=None) -> ValidationReport``: the static shape — pools
   the settings know, unique job names, rules naming jobs of the bundle and not contradicting each

@@ -1,5 +1,5 @@
-"""``SchedulerCore``: the scheduler's decisions, one stimulus at a time (seed 002's adaptive
-scheduler and reconfiguration engine).
+"""``SchedulerCore``: the scheduler's decisions, one stimulus at a time (the adaptive
+scheduler and the reconfiguration engine).
 
 ``handle(stimulus) -> instructions`` is the one way in (Dask's ``handle_stimulus`` habit): the
 ``SchedulerActor`` turns Ray and registry facts and its callers' requests into stimuli
@@ -17,7 +17,7 @@ clock. The state is composed of small parts, each with its own invariants:
   nodes they put in the fleet);
 - the ``LeaseDesk`` (``lease_desk.py``: a lease's reservations from grant to end, and the slots
   an expired lease's calls may still hold);
-- the counters behind ``handle.metrics()`` and seed 002's ``fallback_count``, and a bounded log
+- the counters behind ``handle.metrics()`` and the ``fallback_count``, and a bounded log
   of the stimuli handled.
 
 The parts keep their books and say what changed; the handlers here decide what follows (a refusal,
@@ -60,7 +60,7 @@ STIMULUS_LOG_SIZE = 512
 
 
 def hard_fail(req: Requirement) -> CapacityError:
-    """Seed 002: work whose tier no node serves and that may not fall back fails at once."""
+    """Work whose tier no node serves and that may not fall back fails at once."""
     return CapacityError(f"no node serves {req.min_tier} and the requirement may not fall back (fallback=False)",
                          requirement=repr(req), reason="no node serves the tier")
 
@@ -134,7 +134,7 @@ class SchedulerCore:
     # -- reading ------------------------------------------------------------------------------------
     @property
     def fallback_count(self) -> int:
-        """Decisions placed below their ``min_tier`` since start (seed 002's verification)."""
+        """Decisions placed below their ``min_tier`` since start (for verification)."""
         return self.counters["fallbacks"]
 
     @property
@@ -176,7 +176,7 @@ class SchedulerCore:
 
     def check_requirement(self, req: Requirement) -> Requirement:
         """``req`` if everything it names exists in the settings in force (its pool); else the
-        ``RequirementError`` that names the field. Never a silent ``deferred`` (API.md)."""
+        ``RequirementError`` that names the field. Never a silent ``deferred``."""
         if not isinstance(req, Requirement):
             raise RequirementError("requirement", f"must be a fabric.Requirement, got {type(req).__name__}", req)
         return req.validate_against(self.settings)
@@ -215,7 +215,7 @@ class SchedulerCore:
         """A dry-run placement against the fleet, with its trace (``readout.explain_placement``). Changes nothing."""
         return explain_placement(self.fleet, self.check_requirement(req), ctx, verbose)
 
-    # -- fleet stimuli (seed 002's reconfiguration engine) ---------------------------------------------
+    # -- fleet stimuli (the reconfiguration engine) ---------------------------------------------------
     def _node_joined(self, s: st.NodeJoined, now: float) -> list[Instruction]:
         """New (or returning) capacity: add it and drain the queue onto it."""
         rec = s.record
@@ -267,8 +267,8 @@ class SchedulerCore:
         """Place now and reserve the node. A deferred call with ``queue`` waits in the deferred queue.
 
         A hard requirement (no fallback) that no node in the fleet serves at all is refused at once
-        (``CapacityError``): waiting would not help unless a new node joins, and seed 002 says such
-        work hard-fails. Busy is not absent: a full CUDA node means wait."""
+        (``CapacityError``): waiting would not help unless a new node joins, so such work
+        hard-fails. Busy is not absent: a full CUDA node means wait."""
         sid, req = s.stimulus_id, s.requirement
         refused = self._refusal(req, sid)
         if refused:
@@ -294,7 +294,7 @@ class SchedulerCore:
         return out + [Answer(NodeAssignment.from_decision(d, reserved=False), stimulus_id=sid)]
 
     def _select_requested(self, s: st.SelectRequested, now: float) -> list[Instruction]:
-        """Seed 002's ``select_worker``: where would this run now? Counts fallbacks like a real
+        """``select_worker``: where would this run now? Counts fallbacks like a real
         placement but holds no reservation (nothing will release it)."""
         refused = self._refusal(s.requirement, s.stimulus_id)
         if refused:
@@ -331,7 +331,7 @@ class SchedulerCore:
 
     def _calls_reported(self, s: st.CallsReported, now: float) -> list[Instruction]:
         """Calls that ran under leases (on a leased slot or spilled) since their workers' last
-        report, and how many of them ran below their ``min_tier`` (seed 002's counters): each call
+        report, and how many of them ran below their ``min_tier`` (the fallback counters): each call
         counts once, where it ran, like a call the scheduler placed itself."""
         self.counters["calls_reported"] += s.placed
         self.counters["placements_attempted"] += s.placed
