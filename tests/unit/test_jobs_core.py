@@ -278,6 +278,25 @@ def test_a_job_dying_under_a_reclaim_notice_is_not_counted_and_the_notice_surviv
     assert rec.restarts and not rec.restarts[-1].counted
 
 
+def test_a_job_on_a_node_the_fleet_lost_but_that_still_runs_it_is_killed_before_it_runs_elsewhere():
+    """The fleet loses a node by its missed heartbeats while Ray still runs it (a stalled host): the
+    job recovers elsewhere, and its instance there is killed first, so that it never runs twice."""
+    f = Fleet()
+    f.handle(js.JobSubmitted("a", SPEC))
+    f.handle(js.PlacementsDue())
+    _settle(f)
+    old = next(k for (j, k) in f.live if j == "a")
+    assert f.live[("a", old)] == "n1"
+    del f.world.nodes["n1"]
+    f.handle(js.JobsNodeLost("n1"))  # its instance is still in f.live: nothing killed it
+    assert ("a", old) not in f.live
+    f.handle(js.PlacementsDue())
+    _settle(f)
+    rec = f.core.book.job("a")
+    assert rec.state == JobState.RUNNING and list(f.live) == [("a", rec.binding.instance_key)]
+    assert rec.binding.instance_key != old and rec.restarts
+
+
 class JobsCoreMachine(RuleBasedStateMachine):
     """Random stimuli through ``handle`` (see the module docstring): no job lost, none twice."""
 

@@ -260,7 +260,12 @@ class JobsCore(JobsState):
     # -- the fleet and the clock ------------------------------------------------------------------------
     def _node_lost(self, s: js.JobsNodeLost, now: float) -> list[Any]:
         owned, out = sagas.node_lost(self, s.node_id, now)
+        fenced = [(r.job_id, r.binding.instance_key) for r in self.book.on_node(s.node_id)
+                  if r.binding is not None and r.job_id not in owned]
         out += self.book.node_lost(s.node_id, now, skip=owned, preempted=s.node_id in self.preempting)
+        for job_id, key in fenced:  # a node the fleet lost may still run it (heartbeats stalled, not dead): killed
+            self.ignored.add(key)   # before its job runs elsewhere, so that it never runs twice
+            out.append(KillInstance(job_id, key))
         self.preempting.discard(s.node_id)
         return out + node_moves.node_lost(self, s.node_id, now) + [PlaceSoon()]
 
