@@ -36,9 +36,13 @@ def default_store_path(gcs_address: str, environ: Mapping[str, str] | None = Non
     """``$XDG_DATA_HOME/adaptive-fabric/clusters/<head address>/fabric.db`` (``~/.local/share`` without
     ``XDG_DATA_HOME``) on the head node. Keyed by the head's GCS address, which a restarted head
     keeps (``ray start --head --port``), so the records outlive a head restart; Ray's session
-    directory would not (a new head starts a new session)."""
+    directory would not (a new head starts a new session). A relative ``XDG_DATA_HOME`` is
+    ignored, as the XDG base directory rules say. ``environ`` is read at call time (default: this
+    process's), so a head whose environment names a temporary ``XDG_DATA_HOME`` keeps its stores
+    there (``LocalFabric`` and the test session do)."""
     env = os.environ if environ is None else environ
-    base = Path(env.get("XDG_DATA_HOME") or Path(env.get("HOME") or Path.home()) / ".local" / "share")
+    xdg = env.get("XDG_DATA_HOME") or ""
+    base = Path(xdg) if os.path.isabs(xdg) else Path(env.get("HOME") or Path.home()) / ".local" / "share"
     key = "".join(c if c.isalnum() or c in ".-" else "-" for c in gcs_address) or "local"
     return base / "adaptive-fabric" / "clusters" / key / NODES_FILE
 

@@ -33,6 +33,8 @@ Why this shape (Ray 2.60):
   ``<state_dir>/pids.log`` as it starts, with its start time; ``close`` stops the head (the
   monitor with it), then SIGKILLs each logged pid still running with that same start time (ours
   alone, by pid). ``<state_dir>/<node id>.json`` lists the nodes launched and not yet terminated.
+- The head's actors keep their default stores and caches in the same temporary folder
+  (``scratch_home_env``), not under the user's home: ``close`` removes them with it.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from typing import Any, Callable, Mapping
 
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID, FakeMultiNodeProvider
 
-from fabric.testing.local import FAST_HEALTH_CHECKS, ensure_auth_token, free_port
+from fabric.testing.local import FAST_HEALTH_CHECKS, ensure_auth_token, free_port, scratch_home_env
 
 __all__ = ["FakeProvider", "FakeAutoscalingCluster", "autoscaling_config", "FAKE_HEAD_NODE_ID", "MODULE"]
 
@@ -161,6 +163,9 @@ class FakeAutoscalingCluster:
         self._tmp = tempfile.TemporaryDirectory(prefix="fabric-fake-autoscaler-")
         self.state_dir = Path(self._tmp.name) / "nodes"
         self.state_dir.mkdir()
+        self.home = str(Path(self._tmp.name) / "home")
+        """The head's ``XDG_DATA_HOME``: the fabric's default stores (no ``store.url``) live under it
+        and go with the folder at close."""
         self.cluster: Any = None
         self._connected = False
         atexit.register(self.close)
@@ -177,7 +182,7 @@ class FakeAutoscalingCluster:
                 num_cpus=head_cpus, gcs_server_port=port, node_ip_address="127.0.0.1", include_dashboard=False,
                 autoscaling_config=str(self.config_path),
                 env_vars={"RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID, "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
-                          "RAY_NODE_TYPE_NAME": HEAD_TYPE},
+                          "RAY_NODE_TYPE_NAME": HEAD_TYPE, **scratch_home_env(self.home)},
                 _system_config={**FAST_HEALTH_CHECKS, "enable_autoscaler_v2": True, **(system_config or {})},
             ))
             if connect:

@@ -69,6 +69,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def scratch_home_env(folder: str) -> dict[str, str]:
+    """The environment that keeps a head's default stores (``$XDG_DATA_HOME/adaptive-fabric``) and
+    the artifact caches of its actors and of the nodes its providers start
+    (``$XDG_CACHE_HOME/adaptive-fabric``) under ``folder`` instead of the user's home. Ray actors
+    and workers inherit their raylet's environment, so the head's ``env_vars`` reach them."""
+    return {"XDG_DATA_HOME": folder, "XDG_CACHE_HOME": os.path.join(folder, "cache")}
+
+
 def ensure_auth_token() -> None:
     """Token auth as ``ray.init()`` has it for a new local cluster: on unless ``RAY_AUTH_MODE`` says
     otherwise (tests may set ``disabled`` explicitly), with ``~/.ray/auth_token`` generated when
@@ -109,16 +117,14 @@ class LocalFabric:
         # The registry's default store is a per-cluster path under $XDG_DATA_HOME (~/.local/share):
         # each LocalFabric points its head's XDG_DATA_HOME at a folder of its own, removed at
         # close, so tests and demos neither share nor leave behind a store while the default path
-        # logic still runs. settings.store.path keeps one across clusters (a head restart test).
+        # logic still runs. store.url / store.path keep one across clusters (a head restart test).
         self._store_dir: tempfile.TemporaryDirectory | None = None
         env: dict[str, str] = {}
         from fabric.store.paths import configured_store_paths
 
         if configured_store_paths(self.settings) is None:
             self._store_dir = tempfile.TemporaryDirectory(prefix="fabric-store-")
-            env["XDG_DATA_HOME"] = self._store_dir.name
-            # the head's actors and the nodes its providers start keep their artifact caches there too
-            env["XDG_CACHE_HOME"] = os.path.join(self._store_dir.name, "cache")
+            env.update(scratch_home_env(self._store_dir.name))
         env.update(head_env or {})
         self.max_slots = max_slots
         self.timeout_s = timeout_s

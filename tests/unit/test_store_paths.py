@@ -1,6 +1,7 @@
 """Where the stores live: ``store.url`` (``sqlite:///DIR``), ``store.path`` as before, the per-cluster
 default; one function (``fabric.store.paths.store_paths``) answers for every actor."""
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,21 @@ def test_a_bad_url_is_refused_naming_the_field(url):
     with pytest.raises(SettingsError) as err:
         FabricSettings.load({"store": {"url": url}})
     assert "store.url" in str(err.value)
+
+
+def test_the_default_folder_honours_an_absolute_xdg_data_home_read_at_call_time(monkeypatch):
+    env = {"HOME": "/home/op", "XDG_DATA_HOME": "/srv/data"}
+    assert default_store_path("h:1", env) == Path("/srv/data/adaptive-fabric/clusters/h-1/fabric.db")
+    # empty or relative: ignored, as the XDG base directory rules say
+    for xdg in ("", "data"):
+        assert default_store_path("h:1", {**env, "XDG_DATA_HOME": xdg}).parents[3] == Path("/home/op/.local/share")
+    monkeypatch.setenv("XDG_DATA_HOME", "/elsewhere")
+    assert default_store_path("h:1") == Path("/elsewhere/adaptive-fabric/clusters/h-1/fabric.db")
+
+
+def test_the_test_run_keeps_default_stores_out_of_the_home():
+    # tests/conftest.py points XDG_DATA_HOME at a temporary folder for the whole run; every Ray
+    # process a test starts inherits it, so a fabric without store.url writes nothing to ~/.local/share
+    path = default_store_path("127.0.0.1:6379")
+    assert path.is_relative_to(tempfile.gettempdir())
+    assert not path.is_relative_to(Path.home() / ".local")
