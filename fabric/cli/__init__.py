@@ -14,7 +14,10 @@ _COMMAND_MODULES = (probe, node, nodes_cmd, pools_cmd, jobs_cmd, bundles_cmd, li
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fabric import __version__
+
     parser = argparse.ArgumentParser(prog="fabric", description="adaptive-fabric: a Ray-native compute fabric for changing fleets")
+    parser.add_argument("--version", action="version", version=f"fabric {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _COMMAND_MODULES:
         module.add_parser(sub)

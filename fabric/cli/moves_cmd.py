@@ -4,7 +4,7 @@
 - ``fabric drain NODE [--timeout S] [--force] [--strategy X] [--json]``: cordon the node, migrate
   its jobs, then ask Ray to drain it; prints the drain (phase, what Ray answered, each job's
   status). ``--grace`` is the old name of ``--timeout``. ``--status`` shows the node's drain
-  without starting one.
+  without starting one; ``--wait`` follows it, a line per phase, until it ends (exit 0 when done).
 - ``fabric evict NODE``: stop the node's jobs now (each recovers by its policy).
 - ``fabric migrate JOB [--strategy X] [--to NODE] [--wait]``: start a migration; with ``--wait``,
   print each phase until it ends (exit 0 when done, 1 when aborted or lost).
@@ -54,6 +54,10 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument("--force", action="store_true", help="at the timeout, stop what has not moved (it recovers by its policy)")
     d.add_argument("--strategy", choices=STRATEGY_CHOICES, help="how each job moves (default: the settings')")
     d.add_argument("--status", action="store_true", help="show the node's drain; start none")
+    d.add_argument("--wait", action="store_true", help="follow the drain until it ends, printing each change of phase "
+                                                       "(exit 0 when done, 1 otherwise)")
+    d.add_argument("--wait-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="how long --wait follows it (default: 600); the drain goes on after")
     _common(d, json_help="the drain as one JSON object")
     d.set_defaults(func=_runner("drain", drain_with))
 
@@ -212,7 +216,7 @@ def _fail(command: str, exc: BaseException, err: TextIO) -> int:
 
 
 def drain_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-               now: Callable[[], float] = time.time) -> int:
+               now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> int:
     try:
         if args.status:
             state = handle.drain_status(args.node)
@@ -223,11 +227,39 @@ def drain_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, 
             state = handle.drain(args.node, timeout_s=args.timeout, force=args.force, strategy=args.strategy)
     except Exception as exc:
         return _fail("drain", exc, err)
+    if getattr(args, "wait", False):
+        return _follow_drain(handle, args, state, out, err, now, sleep)
     if args.json:
         print(json.dumps(as_plain(state), indent=2), file=out)
     else:
         print("\n".join(drain_lines(state, now(), args.node)), file=out)
     return 1 if str(as_plain(state).get("phase")) == "failed" else 0
+
+
+def _follow_drain(handle: Any, args: argparse.Namespace, state: Any, out: TextIO, err: TextIO,
+                  now: Callable[[], float], sleep: Callable[[float], None] = time.sleep, interval_s: float = 0.5) -> int:
+    """``drain --wait``: a line per change of phase until the drain ends (0 when ``done``), or
+    ``--wait-timeout`` passes (1, the drain goes on)."""
+    give_up = time.monotonic() + max(0.0, float(args.wait_timeout))
+    shown = None
+    while True:
+        plain = as_plain(state)
+        phase = str(plain.get("phase"))
+        if phase != shown and not args.json:
+            print("\n".join(drain_lines(state, now(), args.node)), file=out, flush=True)
+            shown = phase
+        if plain.get("terminal"):
+            if args.json:
+                print(json.dumps(plain, indent=2), file=out)
+            return 0 if phase == "done" else 1
+        if time.monotonic() >= give_up:
+            print(f"fabric drain: {args.node} still {phase} after {args.wait_timeout:g}s (the drain goes on)", file=err)
+            return 1
+        sleep(interval_s)
+        try:
+            state = handle.drain_status(args.node) or state
+        except Exception as exc:
+            return _fail("drain", exc, err)
 
 
 def evict_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:

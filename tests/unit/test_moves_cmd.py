@@ -147,6 +147,35 @@ def test_drain_status_shows_the_drain_or_says_there_is_none():
     assert code == 1 and "n has no drain" in err
 
 
+def test_drain_wait_prints_each_phase_once_until_the_drain_ends():
+    later = iter([Drained(), Drained(phase="draining", ray_drain=None, jobs={}), Drained(phase="done", terminal=True,
+                                                                                          ray_drain="accepted", jobs={})])
+    h = FakeHandle({"drain": Drained(), "drain_status": lambda node: next(later)})
+    slept: list[float] = []
+    code, out, _ = run(drain_with, h, "drain", "n", "--wait", now=lambda: NOW, sleep=slept.append)
+    assert code == 0 and [c[0] for c in h.calls] == ["drain", "drain_status", "drain_status", "drain_status"]
+    heads = [line for line in out.splitlines() if line.startswith("drain n")]
+    assert heads == ["drain n (ffffffffffff): waiting", "drain n (ffffffffffff): draining", "drain n (ffffffffffff): done"]
+    assert len(slept) == 3
+
+
+def test_drain_wait_exits_1_for_a_drain_that_ends_otherwise_or_outlasts_the_wait():
+    h = FakeHandle({"drain": Drained(), "drain_status": Drained(phase="partial", terminal=True)})
+    code, out, _ = run(drain_with, h, "drain", "n", "--wait", "--json", now=lambda: NOW, sleep=lambda s: None)
+    assert code == 1 and json.loads(out)["phase"] == "partial"
+    h = FakeHandle({"drain": Drained(), "drain_status": Drained()})
+    code, _, err = run(drain_with, h, "drain", "n", "--wait", "--wait-timeout", "0", now=lambda: NOW, sleep=lambda s: None)
+    assert code == 1 and "n still waiting after 0s (the drain goes on)" in err and len(h.calls) == 1
+
+
+def test_fabric_version_prints_the_package_version(capsys):
+    from fabric import __version__
+
+    with pytest.raises(SystemExit) as done:
+        parse("--version")
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"fabric {__version__}"
+
+
 def test_a_refusal_by_the_fabric_exits_2_naming_it_and_a_fabric_not_up_exits_1():
     code, out, err = run(drain_with, FakeHandle({"drain": NodeNotFoundError("ghost")}), "drain", "ghost")
     assert (code, out) == (2, "") and err.strip() == "fabric drain: no node known as 'ghost'"
