@@ -3,7 +3,9 @@
 ``join`` and ``start-head`` probe the node (the live machine, a bundled ``--profile`` or a
 ``--recording DIR``), then run ``ray start`` with the probed capabilities as Ray resources and
 labels, print what they ran, and exit with ``ray start``'s code. ``--dry-run`` prints the command
-without running it. Which recording a node was joined from reaches its ProbeActor two ways: a
+without running it. The node's address for Ray is ``--node-ip-address``, else its tailnet
+address when one is probed; ``start-head`` takes ``--dashboard-host`` and prints the exact join
+line for the other machines and where the dashboard answers. Which recording a node was joined from reaches its ProbeActor two ways: a
 bundled profile as the ``fabric.io/profile`` label; an arbitrary folder (a label cannot hold a
 path) as ``FABRIC_RECORDING=<abs dir>`` in ``ray start``'s environment, which the raylet and
 every worker it starts (the ProbeActor included) inherit.
@@ -59,6 +61,12 @@ def add_parser(subparsers: Any) -> None:
             p.add_argument("--address", required=True, metavar="HOST:PORT", help="the head node's Ray (GCS) address")
         else:
             p.add_argument("--port", type=int, metavar="PORT", help="GCS port of the new head (Ray's default: 6379)")
+            p.add_argument("--dashboard-host", metavar="HOST",
+                           help="where Ray's dashboard (and ray job submit) listens: 0.0.0.0 for every interface "
+                                "(Ray's default: this machine only)")
+        p.add_argument("--node-ip-address", metavar="IP",
+                       help="the address other nodes reach this one at (default: its tailnet address when one is probed, "
+                            "else Ray's choice)")
         src = p.add_mutually_exclusive_group()
         src.add_argument("--recording", metavar="DIR", help="probe a recording folder instead of this machine (a simulated node)")
         src.add_argument("--profile", metavar="NAME", help="probe a bundled profile (fabric.testing.profiles())")
@@ -84,7 +92,7 @@ def add_parser(subparsers: Any) -> None:
 # -- join / start-head ----------------------------------------------------------------------------------
 def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_port: int | None = None, profile: str | None = None,
                     recording: str | None = None, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
-                    extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+                    node_ip_address: str | None = None, extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """The ``ray start`` argv and the extra environment for a node with capabilities ``caps``: the
     ``local`` provider's builders (``fabric.providers.local``), so a joined node and a provisioned
     one join Ray alike."""
@@ -95,7 +103,7 @@ def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_por
     node = node_args(caps, pool=pool, pool_tier=pool_tier, zone=zone)
     if profile:
         node = replace(node, labels={**node.labels, PROFILE_LABEL: profile})
-    argv = ray_start_args(node, ray=ray, address=address, head_port=head_port, extra=extra)
+    argv = ray_start_args(node, ray=ray, address=address, head_port=head_port, node_ip_address=node_ip_address, extra=extra)
     env = {RECORDING_ENV: str(Path(recording).resolve())} if recording else {}
     return argv, env
 
@@ -115,6 +123,30 @@ def _probe(args: argparse.Namespace) -> Any:
         sources = LiveSources()
     name = args.name or (args.profile if args.profile else None)
     return probe_node(sources, name=name, roles=tuple(args.role), max_concurrent_tasks=args.max_concurrent_tasks)
+
+
+def node_address(caps: Any, given: str | None) -> str | None:
+    """The address this node is reached at: ``--node-ip-address``, else the first IPv4 of its
+    tailnet when one is probed online, else None (Ray chooses)."""
+    if given:
+        return given
+    tailnet = getattr(caps, "tailnet", None)
+    if tailnet is not None and tailnet.online:
+        return next((ip for ip in tailnet.ips if ip.count(".") == 3), None)
+    return None
+
+
+def head_lines(ip: str | None, port: int | None, dashboard_host: str | None) -> list[str]:
+    """What ``start-head`` tells the operator: the exact join line for the other machines and
+    where the dashboard (``ray job submit``) answers."""
+    here = ip or socket.gethostname()
+    lines = [f"the other machines join with: fabric join --address {here}:{port or 6379}"]
+    if dashboard_host in (None, "127.0.0.1", "localhost"):
+        lines.append("dashboard: http://127.0.0.1:8265, this machine only (--dashboard-host 0.0.0.0 opens it to the others)")
+    else:
+        shown = here if dashboard_host in ("0.0.0.0", "::") else dashboard_host
+        lines.append(f"dashboard: http://{shown}:8265 (ray job submit --address http://{shown}:8265 --working-dir . -- python JOB.py)")
+    return lines
 
 
 def _reachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
@@ -148,15 +180,23 @@ def run_start(args: argparse.Namespace) -> int:
         caps = _probe(args)
     except Exception as exc:  # a bad profile/recording/role: one line, no traceback
         return _refuse(command, f"probe failed: {exc}".splitlines()[0])
+    in_extra = next((a.split("=", 1)[1] for a in extra if a.startswith("--node-ip-address=")), None)
+    ip = node_address(caps, args.node_ip_address or in_extra)
+    dashboard_host = getattr(args, "dashboard_host", None)
+    if dashboard_host:
+        extra = [f"--dashboard-host={dashboard_host}", *extra]
     try:
         argv, env = build_ray_start(caps, ray=ray, address=address, head_port=getattr(args, "port", None), profile=args.profile,
-                                    recording=args.recording, pool=args.pool, pool_tier=args.pool_tier, zone=args.zone, extra=extra)
+                                    recording=args.recording, pool=args.pool, pool_tier=args.pool_tier, zone=args.zone,
+                                    node_ip_address=None if in_extra else ip, extra=extra)
     except ValueError as exc:
         return _refuse(command, str(exc))
+    told = head_lines(ip, getattr(args, "port", None), dashboard_host) if address is None else []
     shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
     print(f"probed {caps.name}: {caps.summary()}")
     print(f"{'would run' if args.dry_run else 'running'}: {shown}", flush=True)
     if args.dry_run:
+        print("\n".join(told))
         return 0
     if address is not None:
         why = _reachable(host, port)
@@ -176,6 +216,7 @@ def run_start(args: argparse.Namespace) -> int:
         return proc.returncode
     verb = "started head" if address is None else f"joined {address} as"
     print(f"{verb} {caps.name} (tier {caps.tier.value}, {caps.limitations.max_concurrent_tasks} slots)")
+    print("\n".join(told))
     return 0
 
 

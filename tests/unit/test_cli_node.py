@@ -120,3 +120,23 @@ def test_status_table_and_json_rows():
     assert lines[2].startswith("edge") and "flap-held" in lines[2]
     json.dumps(rows)
     assert "(no nodes registered)" in format_status_table([], now)
+
+
+def test_start_head_uses_the_tailnet_address_and_prints_the_join_line_and_the_dashboard(capsys):
+    code, out, _ = run(capsys, "start-head", "--profile", "edge-relay", "--port", "6390", "--dry-run")
+    assert code == 0 and "--node-ip-address=100.101.102.103" in out and "--dashboard-host=" not in out
+    assert "the other machines join with: fabric join --address 100.101.102.103:6390" in out
+    assert "dashboard: http://127.0.0.1:8265, this machine only" in out
+    code, out, _ = run(capsys, "start-head", "--profile", "edge-relay", "--dashboard-host", "0.0.0.0",
+                       "--node-ip-address", "198.51.100.7", "--dry-run")
+    assert "--node-ip-address=198.51.100.7" in out and "--dashboard-host=0.0.0.0" in out
+    assert "fabric join --address 198.51.100.7:6379" in out
+    assert "ray job submit --address http://198.51.100.7:8265" in out
+
+
+def test_a_node_address_given_to_ray_start_itself_is_not_given_twice(capsys):
+    code, out, _ = run(capsys, "join", "--address", "h:1", "--profile", "edge-relay", "--dry-run", "--",
+                       "--node-ip-address=198.51.100.9")
+    assert code == 0 and out.count("--node-ip-address") == 1 and "--node-ip-address=198.51.100.9" in out
+    code, out, _ = run(capsys, "join", "--address", "h:1", "--profile", "cpu-only-box", "--dry-run")
+    assert "--node-ip-address" not in out  # no tailnet probed: Ray chooses
