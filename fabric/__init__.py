@@ -8,7 +8,7 @@ settings, errors, placement) is imported eagerly and needs no Ray; the runtime n
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric.core.capabilities import (
     FfmpegInfo,
@@ -80,6 +80,31 @@ _LAZY: dict[str, str] = {
     "instance_info": "fabric.rayio.instances",
     "on": "fabric.runtime.events",
 }
+
+if TYPE_CHECKING:  # what type checkers see of the names above (``name as name``: re-exported); nothing runs
+    from fabric.core.jobs import BundleState as BundleState, JobSpec as JobSpec, JobState as JobState
+    from fabric.core.jobs.book import JobStatus as JobStatus
+    from fabric.core.jobs.bundles import (
+        Bundle as Bundle, BundleJob as BundleJob, BundleStatus as BundleStatus, ResiliencePolicy as ResiliencePolicy,
+    )
+    from fabric.core.jobs.drains import (
+        DrainState as DrainState, JobDrainStatus as JobDrainStatus, NodeDrainPhase as NodeDrainPhase,
+        NodeInterruptionState as NodeInterruptionState,
+    )
+    from fabric.core.jobs.migration import (
+        MigrationPhase as MigrationPhase, MigrationState as MigrationState, MigrationStrategy as MigrationStrategy,
+    )
+    from fabric.core.jobs.validation import Admission as Admission, ValidationReport as ValidationReport
+    from fabric.core.placement import (
+        Decision as Decision, FleetView as FleetView, NodeRecord as NodeRecord, PlacementTrace as PlacementTrace,
+        Requirement as Requirement, place as place, place_many as place_many,
+    )
+    from fabric.core.scheduling import NodeAssignment as NodeAssignment
+    from fabric.rayio.instances import instance_info as instance_info
+    from fabric.runtime.client import adaptive as adaptive
+    from fabric.runtime.control import FabricHandle as FabricHandle, down as down, up as up
+    from fabric.runtime.events import on as on
+    from fabric.runtime.jobs import JobHandle as JobHandle
 
 
 def __getattr__(name: str) -> Any:

@@ -11,12 +11,18 @@ Arguments are validated when decorating (a typo fails then, not at call time). E
 scheduler for a node, then submits the task to that node itself: the result flows from the node
 to the caller through Ray's object store, never through the scheduler. See ``fabric.runtime.dispatch``
 for how a call is carried out.
+
+For type checkers the decorator keeps what it decorates: ``transcode.remote`` takes ``transcode``'s
+parameters (a ``ParamSpec``) and returns ``ray.ObjectRef[bytes]``; a decorated class gives an
+``AdaptiveClass[C]`` whose ``.remote`` returns a ``JobHandle[C]``. Ray's own hints also let an
+``ObjectRef`` stand for any argument; a ``ParamSpec`` cannot say that, so passing one where the function
+takes a plain value needs a ``typing.cast`` (Ray resolves it at run time either way).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generic, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
 from fabric.core.errors import RequirementError
 from fabric.core.settings import FabricSettings
@@ -24,18 +30,28 @@ from fabric.runtime.options import (  # re-exported: the decorator's arguments a
     MAX_QUEUE_TIMEOUT_S, DispatchOptions, build_dispatch_options, build_requirement,
 )
 
-__all__ = ["AdaptiveFunction", "DispatchOptions", "MAX_QUEUE_TIMEOUT_S", "adaptive", "build_dispatch_options",
-           "build_requirement"]
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+    from fabric.runtime.jobs import AdaptiveClass
+
+__all__ = ["AdaptiveDecorator", "AdaptiveFunction", "DispatchOptions", "MAX_QUEUE_TIMEOUT_S", "adaptive",
+           "build_dispatch_options", "build_requirement"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C")
 
 
-def _task_name(fn: Callable, dispatch: DispatchOptions) -> str:
-    return dispatch.name or getattr(fn, "__qualname__", getattr(fn, "__name__", "adaptive_task"))
+def _task_name(fn: Callable[..., object], dispatch: DispatchOptions) -> str:
+    return dispatch.name or str(getattr(fn, "__qualname__", getattr(fn, "__name__", "adaptive_task")))
 
 
-class AdaptiveFunction:
-    """A function decorated with ``@adaptive.remote``: call ``.remote(...)`` to run it on the fabric."""
+class AdaptiveFunction(Generic[P, R]):
+    """A function decorated with ``@adaptive.remote``: call ``.remote(...)`` to run it on the fabric.
+    ``P`` and ``R`` are the function's parameters and return type, for type checkers."""
 
-    def __init__(self, fn: Callable, options: dict[str, Any], settings: FabricSettings | None = None) -> None:
+    def __init__(self, fn: Callable[P, R], options: dict[str, Any], settings: FabricSettings | None = None) -> None:
         if not callable(fn):
             raise RequirementError("function", "@adaptive.remote decorates a function", fn)
         self._fn = fn
@@ -46,7 +62,7 @@ class AdaptiveFunction:
         functools.update_wrapper(self, fn)
 
     @property
-    def function(self) -> Callable:
+    def function(self) -> Callable[P, R]:
         """The undecorated function."""
         return self._fn
 
@@ -54,7 +70,7 @@ class AdaptiveFunction:
     def task_name(self) -> str:
         return self._name
 
-    def options(self, **overrides: Any) -> "AdaptiveFunction":
+    def options(self, **overrides: Any) -> AdaptiveFunction[P, R]:
         """A copy with some arguments replaced (validated now), like Ray's ``.options``."""
         merged = dict(self._options)
         if "operation" in overrides or "min_tier" in overrides:
@@ -64,7 +80,7 @@ class AdaptiveFunction:
             if "operation" in overrides and "min_tier" not in overrides:
                 merged.pop("min_tier", None)
         merged.update(overrides)
-        clone = AdaptiveFunction.__new__(AdaptiveFunction)
+        clone: AdaptiveFunction[P, R] = AdaptiveFunction.__new__(AdaptiveFunction)
         clone._fn = self._fn
         clone._options = merged
         clone.requirement = build_requirement(merged)
@@ -73,11 +89,13 @@ class AdaptiveFunction:
         functools.update_wrapper(clone, self._fn)
         return clone
 
-    def remote(self, *args: Any, **kwargs: Any):
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> ObjectRef[R]:
         """Place the call on the live fleet and run it there; returns a Ray ``ObjectRef``."""
-        return (_submit or _load_submit())(self._fn, self.requirement, self.dispatch, self._name, args, kwargs)
+        ref: ObjectRef[R] = (_submit or _load_submit())(self._fn, self.requirement, self.dispatch, self._name, args,
+                                                        kwargs)
+        return ref
 
-    def __call__(self, *args: Any, **kwargs: Any):
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> NoReturn:
         raise TypeError(
             f"{self.task_name} is an adaptive remote function: call {self.task_name}.remote(...) "
             f"(or .function(...) to run it here)"
@@ -87,10 +105,10 @@ class AdaptiveFunction:
         return f"<adaptive function {self.task_name} {self.requirement!r}>"
 
 
-_submit: Callable | None = None
+_submit: Callable[..., Any] | None = None
 
 
-def _load_submit() -> Callable:
+def _load_submit() -> Callable[..., Any]:
     """``fabric.runtime.dispatch.submit``, imported on the first call (it imports Ray)."""
     global _submit
     from fabric.runtime.dispatch import submit
@@ -99,10 +117,20 @@ def _load_submit() -> Callable:
     return submit
 
 
+class AdaptiveDecorator(Protocol):
+    """What ``adaptive.remote(...)`` returns, as type checkers see it: a class becomes an
+    ``AdaptiveClass`` of it (a long-running job), a function an ``AdaptiveFunction`` of its signature."""
+
+    @overload  # a class is also a Callable: this one is tried first, so it wins for classes
+    def __call__(self, target: type[C]) -> AdaptiveClass[C]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, target: Callable[P, R]) -> AdaptiveFunction[P, R]: ...
+
+
 class _Adaptive:
     """The ``adaptive`` namespace: ``adaptive.remote`` mirrors ``ray.remote``."""
 
-    def remote(self, *args: Any, **options: Any):
+    def remote(self, *args: object, **options: Any) -> AdaptiveDecorator:
         """``@adaptive.remote(min_tier=...)`` or ``@adaptive.remote(operation=...)``; the bare form
         ``@adaptive.remote`` is refused because a task must say what it needs."""
         if args:
@@ -115,7 +143,7 @@ class _Adaptive:
         build_requirement(task_options)  # fail at decoration time on any bad argument
         build_dispatch_options(task_options)
 
-        def decorate(target: Callable) -> Any:
+        def decorate(target: Callable[..., Any]) -> Any:
             if isinstance(target, type):  # a class: a long-running job (fabric.runtime.jobs)
                 from fabric.runtime.jobs import AdaptiveClass, job_spec, unknown_for_jobs
 

@@ -15,14 +15,16 @@ not Ray; the registry's file stays, so a later ``up()`` on the same cluster pick
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from fabric.core.errors import FabricError, NodeNotFoundError, SettingsConflictError
+from fabric.core.events import FleetEvent
 from fabric.core.jobs.book import JobStatus
 from fabric.core.jobs.bundles import BundleStatus
 from fabric.core.jobs.validation import Admission, ValidationReport
 from fabric.core.names import HEALTH, NAMESPACE, REGISTRY, SCHEDULER
 from fabric.core.placement import Decision, NodeRecord, Requirement
+from fabric.core.records import RegistryRecord
 from fabric.core.scheduler_api import FabricEvent, SchedulerApi
 from fabric.core.scheduling import NodeAssignment
 from fabric.core.settings import FabricSettings
@@ -33,12 +35,16 @@ from fabric.runtime.lifecycle import bring_up, down, running_calls
 from fabric.runtime.moves import MovesSurface
 from fabric.runtime.spares import SparesSurface
 
+if TYPE_CHECKING:
+    from fabric.core.jobs.bundles import Bundle
+    from fabric.runtime.jobs import JobHandle
+
 
 def _get_actor(name: str) -> Any | None:
     return sessions.driver().get_actor(name)
 
 
-def up(settings: FabricSettings | dict | None = None, *, scheduler: bool = True, timeout_s: float = 60.0) -> "FabricHandle":
+def up(settings: FabricSettings | dict[str, Any] | None = None, *, scheduler: bool = True, timeout_s: float = 60.0) -> "FabricHandle":
     """Get or create the fabric's actors on the connected Ray cluster (``ray.init()`` first, or this
     connects the way ``ray.init()`` does) and return a handle once the health monitor has ticked.
     ``scheduler=False`` brings up only the fleet (registry, health monitor, probes).
@@ -103,27 +109,27 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
             raise
 
     # -- the fleet ----------------------------------------------------------------------------------
-    def records(self, statuses: Iterable[str] | None = None) -> list[Any]:
+    def records(self, statuses: Iterable[str] | None = None) -> list[RegistryRecord]:
         """The registry's records (``fabric.store.RegistryRecord``), collected ones excluded."""
         return self._get(self._actor(REGISTRY).records.remote(None if statuses is None else list(statuses)))
 
-    def nodes(self, statuses: Iterable[str] | None = None) -> list[Any]:
+    def nodes(self, statuses: Iterable[str] | None = None) -> list[NodeRecord]:
         """Every node the registry holds, as ``fabric.core.placement.NodeRecord``, with ``running``: the
         fabric calls running there now."""
         running = self._running()
         now = time.time()
         return [r.to_node_record(now, running=running.get(r.node_id, 0)) for r in self.records(statuses)]
 
-    def node(self, node: str) -> Any:
+    def node(self, node: str) -> NodeRecord:
         """One node by id, id prefix or name (the newest record of that name)."""
-        rec = self._get(self._actor(REGISTRY).record.remote(node))
+        rec: RegistryRecord = self._get(self._actor(REGISTRY).record.remote(node))
         return rec.to_node_record(time.time(), running=self._running().get(rec.node_id, 0))
 
-    def collected(self) -> list[Any]:
+    def collected(self) -> list[RegistryRecord]:
         """Records garbage-collected after their drain grace (status ``dead``)."""
         return self._get(self._actor(REGISTRY).collected.remote())
 
-    def fleet_events(self, since: int = 0) -> tuple[int, list[Any]]:
+    def fleet_events(self, since: int = 0) -> tuple[int, list[FleetEvent]]:
         """The health monitor's fleet events after number ``since`` and the newest number
         (``fabric.core.events``); the fabric's one log is ``events`` (``EventsSurface``)."""
         return self._get(self._actor(HEALTH).events.remote(since))
@@ -160,7 +166,7 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
         sessions.flush_calls()
         return int(self._scheduler_api().fallback_count())
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, object]:
         """The scheduler's counters (this process's own calls on leased slots counted first)."""
         sessions.flush_calls()
         return self._scheduler_api().metrics()
@@ -174,7 +180,7 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
         """One job's ``JobStatus`` (``JobNotFoundError`` for an unknown id)."""
         return self._scheduler_api().job_status(job_id)
 
-    def job_handle(self, job_id: str) -> Any:
+    def job_handle(self, job_id: str) -> JobHandle[Any]:
         """A ``JobHandle`` to call a job by id (from another process, say)."""
         from fabric.runtime.jobs import JobHandle
 
@@ -186,7 +192,7 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
         return self._scheduler_api().job_events(since, read_kinds(kinds))
 
     # -- bundles (docs/jobs.md) -----------------------------------------------------------------------------
-    def _bundle_blob(self, bundle: Any) -> bytes:
+    def _bundle_blob(self, bundle: Bundle) -> bytes:
         from fabric.core.jobs.bundles import Bundle
         from fabric.core.errors import InvalidSpecError
         from fabric.rayio.instances import pickle_by_value
@@ -196,24 +202,24 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
         classes = [getattr(j.cls, "cls", j.cls) for j in bundle.jobs if j.cls is not None]
         return pickle_by_value(bundle, classes)
 
-    def validate_bundle(self, bundle: Any) -> ValidationReport:
+    def validate_bundle(self, bundle: Bundle) -> ValidationReport:
         """Every error and warning at once (``ValidationReport``): shape, names, rules, satisfiability."""
         return self._scheduler_api().validate_bundle(self._bundle_blob(bundle))
 
-    def validate_bundle_admission(self, bundle: Any) -> Admission:
+    def validate_bundle_admission(self, bundle: Bundle) -> Admission:
         """Would each replica place right now? (``Admission``: ok | validation_errors | no_capacity)."""
         return self._scheduler_api().validate_bundle_admission(self._bundle_blob(bundle))
 
-    def place_dry_run(self, bundle: Any, replica: int = 0, job: str | None = None) -> Decision:
+    def place_dry_run(self, bundle: Bundle, replica: int = 0, job: str | None = None) -> Decision:
         """One replica's job through the engine with its trace (``Decision``); nothing acts."""
         name = job if job is not None else bundle.jobs[0].name
         return self._scheduler_api().place_dry_run(self._bundle_blob(bundle), replica, name)
 
-    def create_bundle(self, bundle: Any) -> BundleStatus:
+    def create_bundle(self, bundle: Bundle) -> BundleStatus:
         """Validate, store and place a bundle (``InvalidSpecError`` naming every error; nothing stored then)."""
         return self._scheduler_api().create_bundle(self._bundle_blob(bundle))
 
-    def update_bundle(self, bundle: Any) -> BundleStatus:
+    def update_bundle(self, bundle: Bundle) -> BundleStatus:
         """Revive a bundle with a new spec: restart histories and the broken mark cleared."""
         return self._scheduler_api().update_bundle(self._bundle_blob(bundle))
 
@@ -239,13 +245,15 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
         api = self._scheduler_api_if_up()
         if api is not None:
             return api.cordon(node)
-        return self._get(self._actor(REGISTRY).set_cordoned.remote(node, True)).node_id
+        rec: RegistryRecord = self._get(self._actor(REGISTRY).set_cordoned.remote(node, True))
+        return rec.node_id
 
     def uncordon(self, node: str) -> str:
         api = self._scheduler_api_if_up()
         if api is not None:
             return api.uncordon(node)
-        return self._get(self._actor(REGISTRY).set_cordoned.remote(node, False)).node_id
+        rec: RegistryRecord = self._get(self._actor(REGISTRY).set_cordoned.remote(node, False))
+        return rec.node_id
 
 
 __all__ = ["FabricHandle", "NodeNotFoundError", "SettingsConflictError", "down", "running_calls", "up"]

@@ -191,8 +191,8 @@ class Subscription:
             pass
 
 
-def on(kind: str, fn: Callable[[dict[str, Any]], Any], *, since: int | None = None, interval_s: float = 0.2,
-       handle: Any = None) -> Subscription:
+def on(kind: str, fn: Callable[[dict[str, Any]], object], *, since: int | None = None, interval_s: float = 0.2,
+       handle: EventsSurface | None = None) -> Subscription:
     """Call ``fn(event)`` in this driver for each new event of ``kind`` (``"*"``: every kind), in
     order, from a daemon thread that polls the log every ``interval_s``. ``since``: deliver events
     after this number (None: from now on). ``handle``: the ``FabricHandle`` to read (default: a new one)."""

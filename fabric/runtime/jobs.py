@@ -24,13 +24,19 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from fabric.core.errors import JobUnavailableError, RequirementError, SchedulerUnavailableError
 from fabric.core.jobs import JobSpec, JobState
 from fabric.core.scheduler_api import JobInstance
 from fabric.runtime import session as sessions
 from fabric.runtime.lifecycle import connected
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+    from fabric.core.jobs.book import JobStatus
+    from fabric.core.placement import Requirement
 
 SUBMIT_ATTEMPTS = 3
 """Times a submit is sent (with the same job id) before the caller is told the scheduler is away."""
@@ -43,17 +49,23 @@ JOB_ARGS = frozenset({"on_runtime_failure", "max_restarts_per_hour", "essential"
                       "health_timeout_s", "health_failures", "call_timeout_s", "single_use", "name"})
 
 
-def job_spec(cls: type, requirement: Any, options: dict[str, Any]) -> JobSpec:
+C = TypeVar("C")
+"""The decorated class: a ``JobHandle[C]`` runs an instance of it."""
+R = TypeVar("R")
+
+
+def job_spec(cls: type, requirement: Requirement, options: dict[str, Any]) -> JobSpec:
     """The ``JobSpec`` of a decorated class (validated: a bad argument names its field)."""
     kw = {k: v for k, v in options.items() if k in JOB_ARGS and k != "name"}
-    name = options.get("name") or getattr(cls, "__name__", "job")
+    name: str = options.get("name") or cls.__name__
     return JobSpec(name=name, requirement=requirement, **kw)
 
 
-class AdaptiveClass:
-    """A class decorated with ``@adaptive.remote``: ``.remote(*args)`` starts a job of it."""
+class AdaptiveClass(Generic[C]):
+    """A class decorated with ``@adaptive.remote``: ``.remote(*args)`` starts a job of it. Its
+    constructor arguments are not typed (they travel pickled to the instance the scheduler starts)."""
 
-    def __init__(self, cls: type, spec: JobSpec, options: dict[str, Any]) -> None:
+    def __init__(self, cls: type[C], spec: JobSpec, options: dict[str, Any]) -> None:
         self._cls = cls
         self.spec = spec
         self._options = dict(options)
@@ -64,15 +76,15 @@ class AdaptiveClass:
         self.__module__ = getattr(cls, "__module__", __name__)
 
     @property
-    def cls(self) -> type:
+    def cls(self) -> type[C]:
         """The undecorated class."""
         return self._cls
 
     @property
-    def requirement(self) -> Any:
+    def requirement(self) -> Requirement:
         return self.spec.requirement
 
-    def options(self, **overrides: Any) -> "AdaptiveClass":
+    def options(self, **overrides: Any) -> AdaptiveClass[C]:
         """A copy with some arguments replaced (validated now), like Ray's ``.options``."""
         from fabric.runtime.options import build_requirement
 
@@ -94,7 +106,7 @@ class AdaptiveClass:
             self._blob = pickle_by_value(self._cls)
         return self._blob
 
-    def remote(self, *args: Any, **kwargs: Any) -> "JobHandle":
+    def remote(self, *args: Any, **kwargs: Any) -> JobHandle[C]:
         """Start a job of this class with these constructor arguments; returns its ``JobHandle``."""
         from ray import cloudpickle
 
@@ -115,7 +127,7 @@ class AdaptiveClass:
                         f"`fabric jobs {job_id}` says", waited_s=SUBMIT_ATTEMPTS * s.answer_timeout_s, what="submit") from None
         return JobHandle(job_id, self.spec.name, self.spec.call_timeout_s)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(f"{self.__name__} is an adaptive job class: start one with {self.__name__}.remote(...)")
 
     def __repr__(self) -> str:
@@ -135,18 +147,21 @@ class JobMethod:
 
     __slots__ = ("_job", "_name")
 
-    def __init__(self, job: "JobHandle", name: str) -> None:
+    def __init__(self, job: JobHandle[Any], name: str) -> None:
         self._job, self._name = job, name
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self._job.instance_actor(), self._name).remote(*args, **kwargs)
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[Any]:
+        """The method's ``ObjectRef``; its arguments and result are the job class's, untyped here."""
+        ref: ObjectRef[Any] = getattr(self._job.instance_actor(), self._name).remote(*args, **kwargs)
+        return ref
 
     def options(self, **options: Any) -> Any:
         return getattr(self._job.instance_actor(), self._name).options(**options)
 
 
-class JobHandle:
-    """A job of the fabric (see the module docstring). Picklable: pass it to tasks and jobs."""
+class JobHandle(Generic[C]):
+    """A job of the fabric (see the module docstring). Picklable: pass it to tasks and jobs. ``C``
+    (for type checkers) is the job's class; ``FabricHandle.job_handle`` gives a ``JobHandle[Any]``."""
 
     def __init__(self, job_id: str, name: str = "", call_timeout_s: float = 30.0) -> None:
         self.job_id = job_id
@@ -157,7 +172,7 @@ class JobHandle:
         self._key: str | None = None
         self._checked = 0.0
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[JobHandle[Any]], tuple[str, str, float]]:
         return (JobHandle, (self.job_id, self.name, self.call_timeout_s))
 
     def __getattr__(self, name: str) -> JobMethod:
@@ -209,11 +224,11 @@ class JobHandle:
     def node_id(self) -> str | None:
         return self._where()["node_id"]
 
-    def status(self) -> Any:
+    def status(self) -> JobStatus:
         """The job's ``JobStatus`` (state, binding, restarts in the last hour, history)."""
         return connected().api().job_status(self.job_id)
 
-    def wait_running(self, timeout_s: float | None = None) -> "JobHandle":
+    def wait_running(self, timeout_s: float | None = None) -> JobHandle[C]:
         """Wait until the job has a running instance (``JobUnavailableError`` past the timeout)."""
         saved = self.call_timeout_s
         self.call_timeout_s = saved if timeout_s is None else timeout_s
@@ -225,7 +240,7 @@ class JobHandle:
             self.call_timeout_s = saved
         return self
 
-    def result(self, ref: Any, timeout_s: float | None = None) -> Any:
+    def result(self, ref: ObjectRef[R], timeout_s: float | None = None) -> R:
         """``ray.get(ref)`` for a call of this job, the instance's death raised as ``JobUnavailableError``."""
         import ray
 

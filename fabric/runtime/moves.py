@@ -27,13 +27,17 @@ from typing import Any
 
 from fabric.core import scheduler_args as args
 from fabric.core.jobs.drains import DrainState, NodeInterruptionState
-from fabric.core.jobs.migration import MigrationState
+from fabric.core.jobs.migration import MigrationState, MigrationStrategy
 from fabric.core.scheduler_api import SchedulerApi
 from fabric.core.scheduling.messages import read_id
 
 STRATEGIES = args.STRATEGY_NAMES
 """The migration strategies (the core's ``MigrationStrategy``, by name)."""
 INTERRUPTION_KINDS = args.INTERRUPTION_KINDS
+Strategy = str | MigrationStrategy | None
+"""A migration strategy: its name, the core's enum member, or None (the settings' default)."""
+Deadline = datetime | float | None
+"""When a reclaimed node goes: a ``datetime``, epoch seconds, or None (the settings' grace)."""
 
 
 def strategies() -> tuple[str, ...]:
@@ -66,7 +70,8 @@ class MovesSurface:
         raise NotImplementedError
 
     # -- drain, eviction, interruption ------------------------------------------------------------
-    def drain(self, node: str, timeout_s: float | None = None, force: bool = False, strategy: Any = None) -> DrainState:
+    def drain(self, node: str, timeout_s: float | None = None, force: bool = False,
+              strategy: Strategy = None) -> DrainState:
         """Cordon ``node``, migrate each of its jobs by ``strategy`` (default: the settings'), then
         ask Ray to drain it; with ``force``, what has not moved by ``timeout_s`` is stopped and
         recovered by its policy. The ``DrainState``."""
@@ -82,14 +87,15 @@ class MovesSurface:
         """Stop ``node``'s jobs now; each recovers by its policy. The job ids stopped."""
         return list(self._scheduler_api().evict(node))
 
-    def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: Any = None) -> NodeInterruptionState:
+    def handle_node_interruption(self, node: str, kind: str = "spot-interruption",
+                                 deadline: Deadline = None) -> NodeInterruptionState:
         """A provider's notice that ``node`` goes at ``deadline`` (a ``datetime``, epoch seconds or
         ``None``): a forced drain sized to it (``NodeInterruptionState``); a second notice tightens it."""
         node, kind, when = args.read_interruption(node, kind, _as_epoch(deadline))
         return self._scheduler_api().handle_node_interruption(node, kind, when)  # waited on to it
 
     # -- migration ----------------------------------------------------------------------------------
-    def migrate_job(self, job_id: str, strategy: Any = None, target_node: str | None = None,
+    def migrate_job(self, job_id: str, strategy: Strategy = None, target_node: str | None = None,
                     override_reservation: bool = False) -> str:
         """Start moving ``job_id`` (to ``target_node``, else where placement puts it, its node
         excluded) by ``strategy`` (default: the settings'); the migration id."""
@@ -111,4 +117,4 @@ class MovesSurface:
         return self._scheduler_api().abort_migration(*args.read_abort(migration_id, reason))
 
 
-__all__ = ["INTERRUPTION_KINDS", "MovesSurface", "STRATEGIES", "epoch_deadline", "interruption_kinds", "strategies"]
+__all__ = ["Deadline", "INTERRUPTION_KINDS", "MovesSurface", "STRATEGIES", "Strategy", "epoch_deadline", "interruption_kinds", "strategies"]

@@ -14,12 +14,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from fabric.core.names import HOT_SPARES_KEY, REGISTRY, SETTINGS_KEY, SPARES_PREFIX, spares_actor_name
 from fabric.core.scheduler_api import SchedulerApi
-from fabric.core.settings import FabricSettings
-from fabric.core.spares import diff_hot_spares, parse_hot_spares, spare_spec
+from fabric.core.settings import FabricSettings, HotSpareSettings
+from fabric.core.spares import SpareSpec, diff_hot_spares, parse_hot_spares, spare_spec
 from fabric.runtime import session as sessions
 from fabric.runtime.lifecycle import live_list, start_reconcilers
 
@@ -73,7 +73,7 @@ class SparesSurface:
         entries = live_list(sessions.driver(), self._actor(REGISTRY), self.settings_in_force(), self.timeout_s)
         return [e.model_dump(mode="json") for e in entries]
 
-    def update_hot_spares(self, entries: Any) -> dict[str, dict[str, Any]]:
+    def update_hot_spares(self, entries: Sequence[HotSpareSettings | Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         """Replace the live hot-spare list without a restart; what changed, per pool."""
         driver = sessions.driver()
         settings = self.settings_in_force()
@@ -92,7 +92,7 @@ class SparesSurface:
             self._get(actor.set_entry.remote(entry.model_dump(mode="json") if entry is not None else None))
         return diff
 
-    def spare_spec(self, node: str) -> Any:
+    def spare_spec(self, node: str) -> SpareSpec:
         """One node's ``SpareSpec`` (by id, id prefix or name), from the scheduler's view."""
         driver = sessions.driver()
         records = self._scheduler_api().nodes()
@@ -111,7 +111,7 @@ class SparesSurface:
         names = sorted(n for n in driver.named_actors() if n.startswith(SPARES_PREFIX))
         return [self._get(self._actor(n).status.remote()) for n in names]
 
-    def provisions(self) -> dict[str, Any]:
+    def provisions(self) -> dict[str, object]:
         """Open provisions (prospective nodes), held pool tiers, provisioned instances."""
         return self._scheduler_api().provisions()
 
