@@ -107,7 +107,8 @@ class Bench:
         self.table = SimNodeTable(self.table_path)
         self.rows: dict[str, Any] = {}
         self.table.write({})
-        ray.init(num_cpus=2, namespace=NAMESPACE, include_dashboard=False,
+        # its own Ray, always: never one that another process left running on this machine
+        ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False,
                  logging_level="ERROR", log_to_driver=False)
         self.address = ray.get_runtime_context().gcs_address
         self.owner: dict[str, int] = {}
