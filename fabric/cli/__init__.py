@@ -6,11 +6,26 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fabric.cli import api_cmd, bundles_cmd, events_cmd, jobs_cmd, lifecycle, moves_cmd, node, nodes_cmd, ops, pools_cmd, probe, routes_cmd, settings_cmd
+from fabric.cli import (
+    api_cmd,
+    bundles_cmd,
+    events_cmd,
+    jobs_cmd,
+    lifecycle,
+    moves_cmd,
+    node,
+    nodes_cmd,
+    ops,
+    pools_cmd,
+    probe,
+    routes_cmd,
+    settings_cmd,
+    status_cmd,
+)
 
 # Subcommand modules, in help order. Each defines ``add_parser(subparsers) -> None`` and sets
 # ``func`` on its parser(s): ``func(args) -> int`` (the exit code).
-_COMMAND_MODULES = (probe, node, nodes_cmd, pools_cmd, jobs_cmd, bundles_cmd, lifecycle, ops, moves_cmd, routes_cmd, events_cmd, api_cmd, settings_cmd)
+_COMMAND_MODULES = (probe, node, status_cmd, nodes_cmd, pools_cmd, jobs_cmd, bundles_cmd, lifecycle, ops, moves_cmd, routes_cmd, events_cmd, api_cmd, settings_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

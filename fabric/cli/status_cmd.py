@@ -1,0 +1,106 @@
+"""``fabric status``: the fleet the fabric knows as a table (or ``--json``), then its pools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+from fabric.cli.tables import add_width_flag, ago, fit_lines, gpus_cell, output_width, render_table
+
+__all__ = ["STATUS_HEADER", "add_parser", "format_status_table", "run_status", "status_rows"]
+
+
+def add_parser(subparsers: Any) -> None:
+    s = subparsers.add_parser("status", help="print the fleet the fabric knows: name, tier, GPUs, status, running/max, utilisation, "
+                                             "last seen; then its pools, pool tiers, hot spares and prospective nodes")
+    s.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
+    s.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+    add_width_flag(s)
+    s.set_defaults(func=run_status)
+
+
+# -- status ---------------------------------------------------------------------------------------------
+def status_rows(records: Sequence[Any], now: float) -> list[dict[str, Any]]:
+    """One plain dict per node (``fabric.core.placement.NodeRecord`` in), the ``--json`` form."""
+    rows = []
+    for r in records:
+        caps = r.capabilities
+        max_slots = r.max_concurrent_tasks or caps.limitations.max_concurrent_tasks
+        rows.append({
+            "node_id": r.node_id, "name": r.name, "tier": (r.tier or caps.tier).value, "gpus": [g.model for g in caps.gpus],
+            "status": str(r.status.value if hasattr(r.status, "value") else r.status), "running": r.running, "max": max_slots,
+            "utilization": round(float(r.utilization), 3), "last_seen": r.last_seen, "last_seen_ago_s": None if not r.last_seen else round(now - r.last_seen, 1),
+            "cordoned": r.cordoned, "flap_held": r.flap_held,
+        })
+    return rows
+
+
+STATUS_HEADER = ("NAME", "TIER", "GPUS", "STATUS", "RUNNING/MAX", "UTIL", "LAST SEEN", "NODE")
+_LEFT_OUT_WHEN_NARROW = ("NODE", "GPUS")
+"""Columns left out, in this order, while the table cannot fit even with its long cells cut (``--json`` keeps them)."""
+_STATUS_SHRINK = {"GPUS": 10, "STATUS": 16, "NAME": 12}
+"""Cells cut (with an ellipsis) to fit, in this order, down to these; a node id is whole (12) or left out."""
+
+
+def format_status_table(rows: Sequence[dict[str, Any]], now: float, width: int | None = None) -> str:
+    """The fleet as a table, best tier first, one line per node, no colours.
+
+    ``width``: the columns to fit in (the CLI passes ``output_width``: 80 unless on a terminal);
+    None, as wide as the table needs (every cell whole). A table too wide cuts its long cells
+    (name, GPUs, status) with an ellipsis; where even that is too wide, NODE and then GPUS are
+    left out, with a line that says so."""
+    from fabric.core.tiers import ComputeTier
+
+    body = []
+    for row in sorted(rows, key=lambda r: (-ComputeTier.parse(r["tier"]).rank, r["name"], r["node_id"])):
+        status = row["status"] + (" cordoned" if row["cordoned"] else "") + (" flap-held" if row["flap_held"] else "")
+        body.append((row["name"], row["tier"], gpus_cell(row["gpus"]), status, f"{row['running']}/{row['max']}",
+                     f"{row['utilization'] * 100:.0f}%", ago(now, row["last_seen"]), row["node_id"][:12]))
+    lines, left_out = render_table(STATUS_HEADER, body, width, right=("RUNNING/MAX", "UTIL"), shrink=_STATUS_SHRINK,
+                                   drop=_LEFT_OUT_WHEN_NARROW)
+    if not body:
+        lines.append("(no nodes registered)")
+    if left_out:
+        lines.extend(fit_lines(f"({' and '.join(left_out)} left out on {width} columns; --json has every field)", width).splitlines())
+    return "\n".join(lines)
+
+
+def _pools_text(width: int | None) -> str:
+    """The pools as the scheduler sees them (``fabric pools``), or nothing when no scheduler runs."""
+    from fabric.cli.pools_cmd import fetch_view, format_pools
+    from fabric.runtime.control import FabricHandle
+
+    try:
+        return format_pools(fetch_view(FabricHandle()), width)
+    except Exception:  # a fleet-only fabric (no scheduler): the node table is all there is
+        return ""
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from fabric.cli.connect import connect
+    from fabric.runtime.control import FabricHandle
+
+    ray = connect(args.address, "status")  # on failure it has said why (a token problem, nothing there...)
+    if ray is None:
+        return 2
+    try:
+        try:
+            records = FabricHandle().nodes()
+        except RuntimeError as exc:  # the fabric is not up here
+            print(f"fabric status: {exc}", file=sys.stderr)
+            return 1
+        now = time.time()
+        rows = status_rows(records, now)
+        width = output_width(args)
+        print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now, width))
+        if not args.json:
+            pools = _pools_text(width)
+            if pools:
+                print()
+                print(pools)
+        return 0
+    finally:
+        ray.shutdown()
