@@ -13,6 +13,12 @@ every worker it starts (the ProbeActor included) inherit.
 They refuse clearly (one line, exit 2) when the ``ray`` command is missing, the address is not
 ``HOST:PORT``, or nothing answers there; a failure of ``ray start`` itself is summarised.
 
+Real machines (``fabric.cli.join_checks``): ``start-head`` records the head's Python, Ray and fabric
+versions in its GCS and says where the cluster token is; ``join`` asks the head before ``ray start``
+and refuses (exit 1, nothing started, one line each) a missing or wrong token or a version that
+differs. Its token (``--token-file FILE``, else Ray's own sources) reaches ``ray start`` through the
+environment, never its command line.
+
 ``fabric status`` is ``fabric.cli.status_cmd``'s (its ``status_rows`` and ``format_status_table``
 are still importable from here). The table helpers it prints with are ``fabric.cli.tables``'s and ``parse_address`` is
 ``fabric.cli.connect``'s (both still importable from here), so neither of those imports a command.
@@ -30,6 +36,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fabric.cli.connect import parse_address
+from fabric.cli.join_checks import (
+    HeadSeam, JoinVerdict, check_join, head_token_lines, join_token, local_versions, record_head_versions,
+)
 from fabric.cli.tables import (  # noqa: F401 - the table helpers, also imported from here as they always were
     ELLIPSIS,
     NARROW,
@@ -52,11 +61,17 @@ __all__ = ["NARROW", "add_parser", "add_width_flag", "build_ray_start", "clip", 
 
 
 def add_parser(subparsers: Any) -> None:
-    for command, helptext in (("join", "probe this node and join it to a fabric's Ray cluster (ray start --address ...)"),
-                              ("start-head", "probe this node and start it as a Ray head node (ray start --head)")):
+    for command, helptext in (("join", "probe this node, check its token and versions against the head's, and join it to "
+                                       "the fabric's Ray cluster (ray start --address ...)"),
+                              ("start-head", "probe this node, start it as a Ray head node (ray start --head) and record its "
+                                             "Python, Ray and fabric versions for the joining nodes")):
         p = subparsers.add_parser(command, help=helptext, description=helptext)
         if command == "join":
             p.add_argument("--address", required=True, metavar="HOST:PORT", help="the head node's Ray (GCS) address")
+            p.add_argument("--token-file", metavar="FILE",
+                           help="a copy of the head's cluster token (its ~/.ray/auth_token): given to ray start through "
+                                "the environment (default: RAY_AUTH_TOKEN, else RAY_AUTH_TOKEN_PATH's file, else "
+                                "~/.ray/auth_token)")
         else:
             p.add_argument("--port", type=int, metavar="PORT", help="GCS port of the new head (Ray's default: 6379)")
             p.add_argument("--dashboard-host", metavar="HOST",
@@ -128,16 +143,17 @@ def node_address(caps: Any, given: str | None) -> str | None:
     return None
 
 
-def head_lines(ip: str | None, port: int | None, dashboard_host: str | None) -> list[str]:
+def head_lines(ip: str | None, port: int | None, dashboard_host: str | None, dashboard_port: int | None = None) -> list[str]:
     """What ``start-head`` tells the operator: the exact join line for the other machines and
-    where the dashboard (``ray job submit``) answers."""
+    where the dashboard (``ray job submit``) answers (``dashboard_port``: Ray's default 8265)."""
     here = ip or socket.gethostname()
+    web = dashboard_port or 8265
     lines = [f"the other machines join with: fabric join --address {here}:{port or 6379}"]
     if dashboard_host in (None, "127.0.0.1", "localhost"):
-        lines.append("dashboard: http://127.0.0.1:8265, this machine only (--dashboard-host 0.0.0.0 opens it to the others)")
+        lines.append(f"dashboard: http://127.0.0.1:{web}, this machine only (--dashboard-host 0.0.0.0 opens it to the others)")
     else:
         shown = here if dashboard_host in ("0.0.0.0", "::") else dashboard_host
-        lines.append(f"dashboard: http://{shown}:8265 (ray job submit --address http://{shown}:8265 --working-dir . -- python JOB.py)")
+        lines.append(f"dashboard: http://{shown}:{web} (ray job submit --address http://{shown}:{web} --working-dir . -- python JOB.py)")
     return lines
 
 
@@ -183,22 +199,40 @@ def run_start(args: argparse.Namespace) -> int:
                                     node_ip_address=None if in_extra else ip, extra=extra)
     except ValueError as exc:
         return _refuse(command, str(exc))
-    told = head_lines(ip, getattr(args, "port", None), dashboard_host) if address is None else []
+    web = next((a.split("=", 1)[1] for a in extra if a.startswith("--dashboard-port=")), None)
+    told = [*head_lines(ip, getattr(args, "port", None), dashboard_host, int(web) if web and web.isdigit() else None),
+            *head_token_lines(os.environ, Path.home())] if address is None else []
     shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
     print(f"probed {caps.name}: {caps.summary()}")
     print(f"{'would run' if args.dry_run else 'running'}: {shown}", flush=True)
     if args.dry_run:
         print("\n".join(told))
         return 0
+    run_env = {**os.environ, **env}
     if address is not None:
         why = _reachable(host, port)
         if why is not None:
             return _refuse(command, f"cannot reach the head at {address}: {why} (is the address right and the head up?)")
+        verdict = _check_join(address, args.token_file)
+        for line in verdict.warnings:
+            print(f"fabric join: warning: {line}", file=sys.stderr)
+        if verdict.problems:
+            for line in verdict.problems:
+                print(f"fabric join: error: {line}", file=sys.stderr)
+            print("fabric join: nothing started", file=sys.stderr)
+            return 1
+        run_env = {k: v for k, v in {**run_env, **verdict.env}.items() if k not in verdict.unset}
+    gcs = f"{ip or '127.0.0.1'}:{getattr(args, 'port', None) or 6379}"
     if "--block" in extra:
+        if address is None:  # the versions are recorded once the head answers, by a helper that outlives this exec
+            subprocess.Popen([sys.executable, "-m", "fabric.cli.join_checks", "record", gcs], env=run_env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print(f"the head's versions are recorded for joining nodes once it answers ({local_versions().summary()})")
+            print("\n".join(told), flush=True)
         # ray start stays in the foreground: become it, so that signals (and a supervisor's
         # pid) reach ray start itself and it stops its node's processes.
-        os.execve(argv[0], argv, {**os.environ, **env})
-    proc = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True)
+        os.execve(argv[0], argv, run_env)
+    proc = subprocess.run(argv, env=run_env, capture_output=True, text=True)
     if proc.returncode != 0:
         text = ((proc.stderr or "") + (proc.stdout or "")).strip().splitlines()
         errors = [ln for ln in text if "error" in ln.lower() or "failed" in ln.lower()] or text[-3:]
@@ -208,5 +242,16 @@ def run_start(args: argparse.Namespace) -> int:
         return proc.returncode
     verb = "started head" if address is None else f"joined {address} as"
     print(f"{verb} {caps.name} (tier {caps.tier.value}, {caps.limitations.max_concurrent_tasks} slots)")
+    if address is None:
+        versions = local_versions()
+        why = record_head_versions(gcs, versions, os.environ, Path.home(), HeadSeam())
+        print(f"recorded the head's versions for joining nodes: {versions.summary()}" if why is None else
+              f"fabric start-head: warning: could not record the head's versions at {gcs} ({why}): joining nodes cannot check theirs")
     print("\n".join(told))
     return 0
+
+
+def _check_join(address: str, token_file: str | None) -> JoinVerdict:
+    """The token and version checks of ``fabric join`` against the head at ``address``."""
+    tok = join_token(os.environ, Path.home(), token_file)
+    return check_join(address, tok, HeadSeam(), local_versions())
