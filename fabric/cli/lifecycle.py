@@ -4,7 +4,9 @@
 with its path; exit 2, nothing started), then connects and calls ``fabric.up``. On a fabric that
 is already up with other settings it refuses (exit 2) and names the differing fields instead of
 silently keeping the old ones; without ``--config`` it attaches to whatever runs. ``down`` stops
-the fabric's actors, not Ray. Both print what they did; exit 1 is a failure past the connection.
+the fabric's actors and terminates the nodes its providers started (``--keep-nodes``: those keep
+running); Ray and the nodes that joined it stay. Both print what they did; exit 1 is a failure past
+the connection.
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ def add_parser(subparsers: Any) -> None:
     u.add_argument("--no-scheduler", action="store_true", help="only the fleet: registry, health monitor, probes")
     u.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="how long the actors may take to come up")
     u.set_defaults(func=run_up)
-    d = subparsers.add_parser("down", help="stop the fabric's actors (not Ray)", description="stop the fabric's actors (not Ray)")
+    down_help = ("stop the fabric's actors and terminate the nodes its providers started; Ray itself and the nodes "
+                 "that joined it (fabric join, ray start) keep running")
+    d = subparsers.add_parser("down", help=down_help, description=down_help)
     d.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
+    d.add_argument("--keep-nodes", action="store_true",
+                   help="leave the nodes the fabric's providers started running (a later fabric up adopts them); "
+                        "only the fabric's actors stop")
     d.set_defaults(func=run_down)
 
 
@@ -91,8 +98,11 @@ def run_down(args: argparse.Namespace) -> int:
     try:
         import fabric
 
-        stopped = fabric.down()
+        stopped = fabric.down(keep_nodes=args.keep_nodes)
         print(f"fabric down: stopped {', '.join(stopped)}" if stopped else "fabric down: the fabric is not up here: nothing to stop")
+        if stopped:
+            print("fabric down: the nodes the fabric's providers started keep running (--keep-nodes)" if args.keep_nodes else
+                  "fabric down: terminated the nodes the fabric's providers started (if any); Ray and joined nodes keep running")
         return 0
     finally:
         ray.shutdown()

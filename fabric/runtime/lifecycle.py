@@ -7,8 +7,10 @@ fabric. The settings of the first bring-up stay in force (kept in the registry's
 ``fabric.core.settings``); a later one with other explicit settings raises ``SettingsConflictError``
 rather than silently keeping the old ones, and one without settings attaches to what runs. The
 actors restart on failure (``max_restarts=-1``) and sit on the head node through a sliver of Ray's
-head-node marker resource, never pinned to a node id. ``down()`` stops the fabric's actors, not
-Ray; the registry's file stays, so a later bring-up on the same cluster picks up where it was.
+head-node marker resource, never pinned to a node id. ``down()`` stops the fabric's actors and
+terminates the nodes its providers started (``keep_nodes=True`` leaves those running, for a later
+bring-up to adopt); Ray itself and the nodes that joined it stay. The registry's file stays, so a
+later bring-up on the same cluster picks up where it was.
 
 ``fabric.up`` is ``bring_up`` and a ``FabricHandle`` (``fabric.runtime.control``). This module sits
 below the handle and the call paths (``dispatch``, ``jobs``), so that a ``.remote()`` can bring the
@@ -127,9 +129,12 @@ def _settings_in_force(driver: Any, registry: Any, requested: FabricSettings, *,
     return in_force
 
 
-def down(timeout_s: float = 30.0) -> list[str]:
-    """Stop the fabric's actors (probes included), not Ray. Returns the names stopped. This
-    process's session forgets their handles and its leases: a later call finds the fabric anew."""
+def down(timeout_s: float = 30.0, *, keep_nodes: bool = False) -> list[str]:
+    """Stop the fabric's actors (probes included) and terminate every node the fabric's providers
+    started; with ``keep_nodes`` those nodes keep running (a later bring-up's providers adopt them).
+    Ray itself, and the nodes that joined it (``fabric join``, ``ray start``), stay. Returns the
+    actor names stopped. This process's session forgets their handles and its leases: a later call
+    finds the fabric anew."""
     driver = sessions.driver()
     if not driver.is_initialized():
         return []
@@ -139,7 +144,7 @@ def down(timeout_s: float = 30.0) -> list[str]:
             SchedulerClient(driver.get_actor(SCHEDULER), lambda ref, _: driver.get(ref, min(timeout_s, 10.0))).close_migrations(5.0)
         except Exception as exc:
             print(f"[fabric.down] closing migrations failed: {type(exc).__name__}: {exc}")
-    if SCHEDULER in names:  # the nodes providers made go first, while the scheduler that made them is up
+    if SCHEDULER in names and not keep_nodes:  # the nodes providers made go first, while the scheduler that made them is up
         try:
             SchedulerClient(driver.get_actor(SCHEDULER), lambda ref, _: driver.get(ref, timeout_s)).close_providers()
         except Exception as exc:
