@@ -3,8 +3,10 @@
 The detached, named actor ``fabric.operator`` (namespace ``fabric``), started by ``fabric.up()`` on
 the head like the scheduler. It runs its own asyncio event loop in a thread and serves there:
 
-- gRPC ``fabric.operator.v1.Operator`` (``fabric.api.server``) on ``api.host:api.port``, each RPC a
-  call of the scheduler actor's methods through its ``AsyncSchedulerClient``;
+- gRPC ``fabric.operator.v1.Operator`` and ``fabric.operator.v1.Inspect`` (``fabric.api.server``,
+  with the standard health service and server reflection) on ``api.host:api.port``, each RPC a
+  call of the scheduler actor's methods through its ``AsyncSchedulerClient`` (``GetSettings``
+  answers the settings the actor was started with);
 - the read-only JSON view ``GET /api/capabilities/nodes`` (``fabric.api.http_view.make_app``) on
   ``api.host:api.http_port``.
 
@@ -58,13 +60,15 @@ def events_method() -> EventsReader:
 
 
 async def start_servers(scheduler: AsyncSchedulerApi, api: ApiSettings, token: str, *, events: EventsReader = "job_events",
-                        poll_s: float = 0.2) -> tuple[dict[str, str | None], list[Callable]]:
+                        poll_s: float = 0.2, settings: Callable[[], FabricSettings] | None = None
+                        ) -> tuple[dict[str, str | None], list[Callable]]:
     """Start the gRPC server (and the JSON view when ``fabric.api.http_view`` is there) on the running
-    loop: their addresses ``{"grpc": "host:port", "http": "host:port" | None}`` and their stoppers."""
+    loop: their addresses ``{"grpc": "host:port", "http": "host:port" | None}`` and their stoppers.
+    ``settings``: the settings in force, for the API's ``GetSettings``."""
     refuse_remote(api)
     from fabric.api.server import serve
 
-    server, port = await serve(scheduler, token, api.host, api.port, events_method=events, poll_s=poll_s)
+    server, port = await serve(scheduler, token, api.host, api.port, events_method=events, poll_s=poll_s, settings=settings)
     stoppers: list[Callable] = [lambda: server.stop(1.0)]
     addresses: dict[str, str | None] = {"grpc": _hostport(api.host, port), "http": None}
     try:
@@ -109,10 +113,15 @@ class Operator:
         try:
             events = events_method() if scheduler is None else "job_events"
             self._addresses, self._stoppers = self._run(
-                start_servers(self._scheduler, self.settings.api, self._token, events=events, poll_s=poll_s))
+                start_servers(self._scheduler, self.settings.api, self._token, events=events, poll_s=poll_s,
+                              settings=self._settings))
         except Exception as exc:  # kept: address() raises it (up() reports it); the actor stays up
             self._error = exc
             print(f"[fabric.operator] the operator API did not start: {type(exc).__name__}: {exc}")
+
+    def _settings(self) -> FabricSettings:
+        """The settings this fabric runs with (those ``fabric.up`` started the actor with)."""
+        return self.settings
 
     def _store_path(self) -> Path:
         from fabric.rayio.adapter import RayAdapter

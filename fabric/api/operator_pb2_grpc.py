@@ -742,3 +742,346 @@ class Operator:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class InspectStub:
+    """Read-only views of the running fabric: what `fabric jobs`, `drain --status`, `migrate --wait`,
+    `events` and `settings show` read through the API (`fabric --api HOST:PORT ...`). Same token.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListJobs = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/ListJobs',
+                request_serializer=fabric_dot_api_dot_operator__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.ListJobsReply.FromString,
+                _registered_method=True)
+        self.GetJob = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/GetJob',
+                request_serializer=fabric_dot_api_dot_operator__pb2.JobIdRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.Job.FromString,
+                _registered_method=True)
+        self.DrainStatus = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/DrainStatus',
+                request_serializer=fabric_dot_api_dot_operator__pb2.NodeRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.DrainStatusReply.FromString,
+                _registered_method=True)
+        self.GetMigration = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/GetMigration',
+                request_serializer=fabric_dot_api_dot_operator__pb2.MigrationIdRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.Migration.FromString,
+                _registered_method=True)
+        self.ListMigrations = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/ListMigrations',
+                request_serializer=fabric_dot_api_dot_operator__pb2.ListMigrationsRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.ListMigrationsReply.FromString,
+                _registered_method=True)
+        self.ListEvents = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/ListEvents',
+                request_serializer=fabric_dot_api_dot_operator__pb2.ListEventsRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.ListEventsReply.FromString,
+                _registered_method=True)
+        self.GetSettings = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/GetSettings',
+                request_serializer=fabric_dot_api_dot_operator__pb2.GetSettingsRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.SettingsReply.FromString,
+                _registered_method=True)
+
+
+class InspectServicer:
+    """Read-only views of the running fabric: what `fabric jobs`, `drain --status`, `migrate --wait`,
+    `events` and `settings show` read through the API (`fabric --api HOST:PORT ...`). Same token.
+    """
+
+    def ListJobs(self, request, context):
+        """Every job the scheduler keeps, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJob(self, request, context):
+        """One job by id (NOT_FOUND for an unknown one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainStatus(self, request, context):
+        """A node's drain; `found` false when it has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMigration(self, request, context):
+        """One migration (FAILED_PRECONDITION for an unknown id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMigrations(self, request, context):
+        """The migrations in flight and recent ones, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEvents(self, request, context):
+        """One page of the event log (WatchEvents streams it instead).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSettings(self, request, context):
+        """The settings the fabric runs with.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InspectServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.ListJobsRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.ListJobsReply.SerializeToString,
+            ),
+            'GetJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJob,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.JobIdRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.Job.SerializeToString,
+            ),
+            'DrainStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainStatus,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.NodeRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.DrainStatusReply.SerializeToString,
+            ),
+            'GetMigration': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMigration,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.MigrationIdRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.Migration.SerializeToString,
+            ),
+            'ListMigrations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMigrations,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.ListMigrationsRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.ListMigrationsReply.SerializeToString,
+            ),
+            'ListEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvents,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.ListEventsRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.ListEventsReply.SerializeToString,
+            ),
+            'GetSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSettings,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.GetSettingsRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.SettingsReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'fabric.operator.v1.Inspect', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('fabric.operator.v1.Inspect', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Inspect:
+    """Read-only views of the running fabric: what `fabric jobs`, `drain --status`, `migrate --wait`,
+    `events` and `settings show` read through the API (`fabric --api HOST:PORT ...`). Same token.
+    """
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/ListJobs',
+            fabric_dot_api_dot_operator__pb2.ListJobsRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.ListJobsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/GetJob',
+            fabric_dot_api_dot_operator__pb2.JobIdRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/DrainStatus',
+            fabric_dot_api_dot_operator__pb2.NodeRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.DrainStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMigration(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/GetMigration',
+            fabric_dot_api_dot_operator__pb2.MigrationIdRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.Migration.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMigrations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/ListMigrations',
+            fabric_dot_api_dot_operator__pb2.ListMigrationsRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.ListMigrationsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/ListEvents',
+            fabric_dot_api_dot_operator__pb2.ListEventsRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.ListEventsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/GetSettings',
+            fabric_dot_api_dot_operator__pb2.GetSettingsRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.SettingsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -13,7 +13,9 @@ errors become status codes
 a refused move FAILED_PRECONDITION, no capacity RESOURCE_EXHAUSTED, anything else INTERNAL; an RPC
 never crashes the server. ``TokenInterceptor`` refuses every call without the right
 ``authorization: Bearer <token>`` metadata with UNAUTHENTICATED before any handler runs (nothing
-acts, the request is not even parsed). ``serve`` starts a server with both on ``host:port``.
+acts, the request is not even parsed); only the standard health service and server reflection
+answer without one (``OPEN_SERVICES``). ``serve`` starts a server with the servicer, the read-only
+``Inspect`` service (``fabric.api.inspect``), health, reflection and the token check on ``host:port``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from fabric.core.errors import (
 )
 from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
 from fabric.core.scheduling.messages import read_id
+from fabric.core.settings import FabricSettings
 
 EventsReader = Literal["events", "job_events"]
 """Which of the scheduler's log readers WatchEvents polls: ``events(since, kinds, limit)`` or ``job_events(since, kinds)``."""
@@ -288,8 +291,8 @@ def checked_parse(handler: Any) -> Any:
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
-    """Every call needs ``authorization: Bearer <token>``; a missing or wrong one gets UNAUTHENTICATED
-    before the method's handler is reached (its request is never parsed). ``refused`` counts them."""
+    """Every call but those of ``OPEN_SERVICES`` needs ``authorization: Bearer <token>``; a missing or
+    wrong one gets UNAUTHENTICATED before the method's handler is reached (its request is never parsed). ``refused`` counts them."""
 
     def __init__(self, token: str) -> None:
         if not isinstance(token, str) or len(token) < 16:
@@ -298,6 +301,8 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         self.refused = 0
 
     async def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        if open_method(str(handler_call_details.method or "")):
+            return await continuation(handler_call_details)
         if bearer_ok(handler_call_details.invocation_metadata, self.token):
             return checked_parse(await continuation(handler_call_details))
         self.refused += 1
@@ -308,13 +313,39 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
 
 
 # -- the server ---------------------------------------------------------------------------------------------
+HEALTH_SERVICE = "grpc.health.v1.Health"
+REFLECTION_SERVICES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
+OPEN_SERVICES = (HEALTH_SERVICE, *REFLECTION_SERVICES)
+"""Services answered without a token: the standard health check (for probes and load balancers) and
+server reflection (the services' schema, as shipped in ``operator.proto``). Neither reads nor
+changes the fabric."""
+SERVICE_NAMES = ("fabric.operator.v1.Operator", "fabric.operator.v1.Inspect")
+
+
+def open_method(method: str) -> bool:
+    """True for a method of ``OPEN_SERVICES`` (``/grpc.health.v1.Health/Check``...)."""
+    return method.lstrip("/").split("/", 1)[0] in OPEN_SERVICES
+
+
 async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1", port: int = 0, *,
-                events_method: EventsReader = "job_events", poll_s: float = 0.2) -> tuple[grpc.aio.Server, int]:
-    """A started grpc.aio server with the servicer and the token check on ``host:port`` (0: a free
-    port); the server and the port it bound. ``OSError`` when it cannot bind."""
+                events_method: EventsReader = "job_events", poll_s: float = 0.2,
+                settings: Callable[[], FabricSettings] | None = None) -> tuple[grpc.aio.Server, int]:
+    """A started grpc.aio server on ``host:port`` (0: a free port) with the token check, the
+    ``Operator`` and ``Inspect`` services (``settings``: the settings in force, for ``GetSettings``;
+    None: the defaults), the standard health service (each service SERVING) and server reflection;
+    the server and the port it bound. ``OSError`` when it cannot bind."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+    from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
+
+    from fabric.api.inspect import InspectServicer
+
     server = grpc.aio.server(interceptors=[TokenInterceptor(token)], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
     pb_grpc.add_OperatorServicer_to_server(OperatorServicer(scheduler, events_method=events_method, poll_s=poll_s), server)
+    pb_grpc.add_InspectServicer_to_server(InspectServicer(scheduler, settings, events_method=events_method), server)
+    checks = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+    reflection.enable_server_reflection((*SERVICE_NAMES, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
@@ -323,7 +354,9 @@ async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1
     if not bound:
         raise OSError(f"the operator API cannot bind {address}")
     await server.start()
+    for name in ("", *SERVICE_NAMES):
+        await checks.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound
 
 
-__all__ = ["API_VERSION", "EventsReader", "OperatorServicer", "TokenInterceptor", "bearer_ok", "serve", "status_for"]
+__all__ = ["API_VERSION", "EventsReader", "OPEN_SERVICES", "OperatorServicer", "SERVICE_NAMES", "open_method", "TokenInterceptor", "bearer_ok", "serve", "status_for"]
