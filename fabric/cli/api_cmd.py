@@ -4,8 +4,8 @@ operator API (issue 17; docs/operator-api.md).
 ``fabric api-token`` prints the bearer token (the ``fabric.operator`` actor's ``api_token`` file);
 ``fabric api-address`` the gRPC and HTTP (JSON view) addresses, one per line (``grpc HOST:PORT``,
 ``http HOST:PORT``) or, with ``--json``, one object. Both connect as the other commands do
-(``--address``, default ``auto``): exit 2 when the cluster cannot be reached, 1 when the fabric's
-operator actor is not up or its API did not start. ``api_token_with`` / ``api_address_with`` take
+(``--address``, default ``auto``): exit 1 when the cluster cannot be reached, the fabric's
+operator actor is not up or its API did not start; 2 for a malformed address. ``api_token_with`` / ``api_address_with`` take
 the actor handle's answers through a ``get`` callable, so tests drive them with a fake."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Any, Callable, TextIO
 
+from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, address_parent, bad_address, json_parent
 from fabric.core import names
 
 __all__ = ["add_parser", "api_address_with", "api_token_with"]
@@ -21,14 +22,13 @@ __all__ = ["add_parser", "api_address_with", "api_token_with"]
 
 def add_parser(subparsers: Any) -> None:
     t = subparsers.add_parser("api-token", help="print the operator API's bearer token",
-                              description="print the bearer token every operator API call (gRPC and the JSON view) needs")
-    t.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
+                              description="print the bearer token every operator API call (gRPC and the JSON view) needs",
+                              parents=[address_parent()])
     t.set_defaults(func=_run, what="token")
     a = subparsers.add_parser("api-address", help="print the operator API's gRPC and HTTP addresses",
                               description="print where the operator API serves: gRPC (fabric.operator.v1.Operator) "
-                                          "and HTTP (GET /api/capabilities/nodes)")
-    a.add_argument("--json", action="store_true", help="one JSON object {grpc, http}")
-    a.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
+                                          "and HTTP (GET /api/capabilities/nodes)",
+                              parents=[address_parent(), json_parent("one JSON object {grpc, http}")])
     a.set_defaults(func=_run, what="address")
 
 
@@ -51,9 +51,11 @@ def _run(args: Any) -> int:
     from fabric.cli.connect import connect
 
     command = f"api-{args.what}"
+    if bad_address(args.address, command):
+        return EXIT_USAGE
     ray = connect(args.address, command)
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         actor = ray.get_actor(names.OPERATOR, namespace=names.NAMESPACE)
     except ValueError:

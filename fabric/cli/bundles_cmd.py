@@ -17,6 +17,7 @@ import json
 import sys
 from typing import Any, Sequence
 
+from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, address_parent, bad_address, json_parent
 from fabric.cli.jobs_cmd import node_names, state_value
 from fabric.cli.node import add_width_flag, fit_lines, output_width, render_table
 
@@ -29,10 +30,9 @@ REPLICAS = ("primary", "backup")
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("bundles", help="list the fabric's bundles (or show one, with its jobs)",
                               description="list the fabric's bundles: id, state (live|broken|deleting), replicas, "
-                                          "their jobs by state, why a broken one broke; with BUNDLE_ID, its jobs")
+                                          "their jobs by state, why a broken one broke; with BUNDLE_ID, its jobs",
+                              parents=[address_parent(), json_parent("machine-readable output")])
     p.add_argument("bundle_id", nargs="?", metavar="BUNDLE_ID", help="show this bundle and its jobs")
-    p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
     add_width_flag(p)
     p.set_defaults(func=run_bundles)
 
@@ -97,9 +97,11 @@ def run_bundles(args: argparse.Namespace) -> int:
     import ray as ray_module
 
     ours = not ray_module.is_initialized()
+    if bad_address(args.address, "bundles"):
+        return EXIT_USAGE
     ray = connect(args.address, "bundles")
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         handle = FabricHandle()
         try:

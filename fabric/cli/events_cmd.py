@@ -5,8 +5,9 @@ number N instead (up to ``--limit``); ``--kind K`` (repeatable) only those kinds
 event's number, its time (local, HH:MM:SS), its kind and a short summary of its data, cut to 80
 columns. ``--json`` prints one JSON object per event per line (seq, kind, at, stimulus_id, data).
 ``--follow`` then keeps polling (every ``--interval`` seconds) and prints what comes, until
-Ctrl-C (exit 0). It connects as ``fabric jobs`` does (``--address``, default ``auto``): exit 2
-when the cluster cannot be reached or the arguments are refused, 1 when the fabric is not up.
+Ctrl-C or, with ``--for S``, for S seconds (exit 0). It connects as ``fabric jobs`` does
+(``--address``, default ``auto``, or ``--api HOST:PORT`` through the operator API without Ray):
+exit 2 when the arguments are refused, 1 when the cluster cannot be reached or the fabric is not up.
 
 Rendering is pure (``summary``, ``format_event``); ``events_with`` takes the handle, so tests
 drive it with a fake one.
@@ -20,6 +21,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 from fabric.core.errors import FabricError
 from fabric.core.scheduling.messages import read_since
 
@@ -34,14 +36,15 @@ _NO_SUMMARY = ("(no data)",)
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("events", help="the fabric's event log (fleet, placement, bundle, job, spare, drain, migration)",
                               description="print the fabric's ordered event log: number, time, kind and a summary of each "
-                                          "event; --follow keeps printing new ones until Ctrl-C")
+                                          "event; --follow keeps printing new ones until Ctrl-C (or --for S)",
+                              parents=remote_parents("one JSON object per event per line"))
     p.add_argument("--since", type=int, default=None, metavar="N", help="events after number N (default: the newest --limit)")
     p.add_argument("--kind", action="append", default=None, metavar="KIND", help="only this kind (repeat for several)")
     p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N events before following (default 50)")
     p.add_argument("--follow", "-f", action="store_true", help="keep polling for new events until Ctrl-C")
     p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="--follow's polling interval (default 0.5)")
-    p.add_argument("--json", action="store_true", help="one JSON object per event per line")
-    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    p.add_argument("--for", dest="for_s", type=float, default=None, metavar="SECONDS",
+                   help="--follow: stop after this many seconds (exit 0; default: until Ctrl-C)")
     p.set_defaults(func=_run)
 
 
@@ -92,10 +95,17 @@ def _print(events: list[dict[str, Any]], as_json: bool, out: TextIO) -> None:
 
 # -- the command ------------------------------------------------------------------------------------------
 def events_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-                sleep: Callable[[float], None] = time.sleep, follows: int | None = None) -> int:
+                sleep: Callable[[float], None] = time.sleep, follows: int | None = None,
+                clock: Callable[[], float] = time.monotonic) -> int:
     """Print the events ``args`` asks for from ``handle.events``; with ``--follow`` keep polling
-    (``follows``: stop after that many polls, for tests; None: until Ctrl-C)."""
+    (``follows``: stop after that many polls, for tests; None: until Ctrl-C, or until ``--for``
+    seconds by ``clock`` have passed)."""
     limit, interval = args.limit, args.interval  # the command's own: how many of the newest to show, how often to poll
+    for_s = getattr(args, "for_s", None)
+    if for_s is not None and not (isinstance(for_s, (int, float)) and for_s >= 0):
+        print(f"fabric events: --for must be a number of seconds >= 0 (got {for_s!r})", file=err)
+        return 2
+    stop_at = None if for_s is None else clock() + for_s
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         print(f"fabric events: --limit must be a whole number >= 1 (got {limit!r})", file=err)
         return 2
@@ -123,8 +133,8 @@ def events_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout,
         since = 0
     polls, down = 0, False
     try:
-        while follows is None or polls < follows:
-            sleep(interval)
+        while (follows is None or polls < follows) and (stop_at is None or clock() < stop_at):
+            sleep(interval if stop_at is None else max(0.0, min(interval, stop_at - clock())))
             polls += 1
             try:
                 new = list(handle.events(since, kinds, 1000))
@@ -143,6 +153,10 @@ def events_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout,
 
 
 def _run(args: argparse.Namespace) -> int:
+    if api_address(args):
+        return run_over_api(args, "events", lambda client: events_with(client, args, sys.stdout, sys.stderr))
+    if bad_address(args.address, "events"):
+        return EXIT_USAGE
     import ray as ray_module
 
     from fabric.cli.connect import connect
@@ -151,9 +165,9 @@ def _run(args: argparse.Namespace) -> int:
     ours = not ray_module.is_initialized()  # a driver that was connected already stays connected
     ray = connect(args.address, "events")  # on failure it has said why
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
-        return events_with(FabricHandle(), args)
+        return events_with(FabricHandle(), args, sys.stdout, sys.stderr)  # the streams now, not at import
     finally:
         if ours:
             ray.shutdown()

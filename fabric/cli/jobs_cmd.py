@@ -3,9 +3,9 @@
 ``fabric jobs`` lists every job (id, name, state, node, instance key, restarts in the last hour,
 bundle) as a table, or ``--json`` (one object per job, in a list); ``fabric jobs JOB_ID`` shows
 one job (an id or a unique prefix of one) with its history. Both connect as ``fabric status``
-does (``--address``, default ``auto``) and exit as it does: 2 when the cluster cannot be reached
-(``connect`` has said why), 1 when the fabric is not up there; an unknown or ambiguous job id
-exits 2 with a line that says so.
+does (``--address``, default ``auto``, or ``--api HOST:PORT`` through the operator API without
+Ray) and exit as it does: 1 when the cluster cannot be reached (it has said why) or the fabric is
+not up there; an unknown or ambiguous job id exits 2 with a line that says so.
 
 Turning ``JobStatus`` objects into rows and text is pure (``job_rows``, ``format_jobs_table``,
 ``format_job``); ``run_jobs`` does the I/O.
@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 from fabric.cli.tables import ago, add_width_flag, fit_lines, output_width, render_table
 
 __all__ = ["add_parser", "find_job", "format_job", "format_jobs_table", "job_rows", "run_jobs"]
@@ -30,10 +31,9 @@ JOBS_HEADER = ("JOB", "NAME", "STATE", "NODE", "INSTANCE", "RESTARTS/H", "BUNDLE
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("jobs", help="list the fabric's long-running jobs (or show one, with its history)",
                               description="list the fabric's long-running jobs: id, name, state, node, instance key, "
-                                          "restarts in the last hour, bundle; with JOB_ID, that job and its history")
+                                          "restarts in the last hour, bundle; with JOB_ID, that job and its history",
+                              parents=remote_parents("machine-readable output (a list of jobs, or one job with its history)"))
     p.add_argument("job_id", nargs="?", metavar="JOB_ID", help="show this job (an id or a unique prefix of one)")
-    p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
-    p.add_argument("--json", action="store_true", help="machine-readable output (a list of jobs, or one job with its history)")
     add_width_flag(p)
     p.set_defaults(func=run_jobs)
 
@@ -138,7 +138,27 @@ def node_names(handle: Any) -> dict[str, str]:
         return {}
 
 
+def print_jobs(handle: Any, statuses: Sequence[Any], args: argparse.Namespace) -> int:
+    """Print the jobs (or the one ``args.job_id`` names, with its history); node names from ``handle``."""
+    names = node_names(handle)
+    if args.job_id is None:
+        rows = job_rows(statuses, names)
+        print(json.dumps(rows, indent=2) if args.json else format_jobs_table(rows, output_width(args)))
+        return EXIT_OK
+    st, why = find_job(statuses, args.job_id)
+    if st is None:
+        print(f"fabric jobs: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    row = job_rows([st], names, history=True)[0]
+    print(json.dumps(row, indent=2) if args.json else format_job(row, time.time(), output_width(args)))
+    return EXIT_OK
+
+
 def run_jobs(args: argparse.Namespace) -> int:
+    if api_address(args):
+        return run_over_api(args, "jobs", lambda client: print_jobs(client, client.jobs(), args))
+    if bad_address(args.address, "jobs"):
+        return EXIT_USAGE
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle
 
@@ -147,26 +167,15 @@ def run_jobs(args: argparse.Namespace) -> int:
     ours = not ray_module.is_initialized()  # a driver that was connected already stays connected
     ray = connect(args.address, "jobs")  # on failure it has said why (a token problem, nothing there...)
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         handle = FabricHandle()
         try:
             statuses = handle.jobs()
         except RuntimeError as exc:  # the fabric (its scheduler) is not up here
             print(f"fabric jobs: {exc}", file=sys.stderr)
-            return 1
-        names = node_names(handle)
-        if args.job_id is None:
-            rows = job_rows(statuses, names)
-            print(json.dumps(rows, indent=2) if args.json else format_jobs_table(rows, output_width(args)))
-            return 0
-        st, why = find_job(statuses, args.job_id)
-        if st is None:
-            print(f"fabric jobs: {why}", file=sys.stderr)
-            return 2
-        row = job_rows([st], names, history=True)[0]
-        print(json.dumps(row, indent=2) if args.json else format_job(row, time.time(), output_width(args)))
-        return 0
+            return EXIT_FAILED
+        return print_jobs(handle, statuses, args)
     finally:
         if ours:
             ray.shutdown()

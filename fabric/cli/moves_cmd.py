@@ -12,9 +12,10 @@
 - ``fabric interrupt NODE [--deadline S] [--kind spot-interruption|rebalance]``: deliver a
   provider's notice that the node goes in S seconds (a forced drain sized to it).
 
-Exit codes as the other operator commands: 2 when the cluster cannot be reached or the fabric
-refused the request (a bad argument, an unknown node or job, a refused abort), 1 when the fabric
-is not up there, or the outcome is a failure (Ray refused the drain; a migration aborted or lost).
+Each goes through Ray (``--address``) or through the operator API (``--api HOST:PORT``, no Ray).
+Exit codes as the other operator commands: 2 when the fabric refused the request (a bad argument,
+an unknown node or job, a refused abort), 1 when the cluster cannot be reached or the fabric is not
+up there, or the outcome is a failure (Ray refused the drain; a migration aborted or lost).
 Rendering is pure (``drain_lines``, ``migration_rows``, ``format_migrations``...); the ``*_with``
 functions take the handle, so tests drive them with a fake one.
 """
@@ -28,6 +29,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence, TextIO
 
+from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 from fabric.core.errors import FabricError
 from fabric.core.scheduler_args import INTERRUPTION_KINDS, STRATEGY_NAMES
 from fabric.core.scheduling.messages import read_seconds
@@ -45,7 +47,8 @@ _WIDTHS = (8, 10, 15, 15, 21, 5)  # 79 columns with the single spaces between th
 
 
 def add_parser(subparsers: Any) -> None:
-    d = subparsers.add_parser("drain", help="move a node's jobs off it, then tell Ray it is draining",
+    d = subparsers.add_parser("drain", parents=remote_parents("the drain as one JSON object"),
+                              help="move a node's jobs off it, then tell Ray it is draining",
                               description="cordon a node, migrate each of its jobs by the strategy, then ask Ray to drain "
                                           "it; with --force, what has not moved by the timeout is stopped and recovered")
     d.add_argument("node", help="node name or Ray node id")
@@ -58,43 +61,36 @@ def add_parser(subparsers: Any) -> None:
                                                        "(exit 0 when done, 1 otherwise)")
     d.add_argument("--wait-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="how long --wait follows it (default: 600); the drain goes on after")
-    _common(d, json_help="the drain as one JSON object")
     d.set_defaults(func=_runner("drain", drain_with))
 
-    e = subparsers.add_parser("evict", help="stop a node's jobs now; each recovers by its policy",
+    e = subparsers.add_parser("evict", parents=remote_parents("the job ids stopped, as a JSON list"),
+                              help="stop a node's jobs now; each recovers by its policy",
                               description="stop a node's jobs now; each recovers by its policy (a frame drop)")
     e.add_argument("node", help="node name or Ray node id")
-    _common(e, json_help="the job ids stopped, as a JSON list")
     e.set_defaults(func=_runner("evict", evict_with))
 
-    m = subparsers.add_parser("migrate", help="move a job to another node", description="move a long-running job to another node")
+    m = subparsers.add_parser("migrate", parents=remote_parents(),
+                              help="move a job to another node", description="move a long-running job to another node")
     m.add_argument("job", help="job id")
     m.add_argument("--strategy", choices=STRATEGY_CHOICES, help="stop_then_start, overlap or handover (default: the settings')")
     m.add_argument("--to", dest="to", metavar="NODE", help="the target node (default: where placement puts it)")
     m.add_argument("--override-reservation", action="store_true", help="the target may be a node reserved for other work")
     m.add_argument("--wait", action="store_true", help="print each phase until the migration ends")
     m.add_argument("--wait-timeout", type=float, default=900.0, metavar="SECONDS", help="give up waiting after this long (default 900)")
-    _common(m, json_help=None)
     m.set_defaults(func=_runner("migrate", migrate_with))
 
-    ms = subparsers.add_parser("migrations", help="the migrations in flight and recent ones",
+    ms = subparsers.add_parser("migrations", parents=remote_parents("one JSON object per migration, in a list"),
+                              help="the migrations in flight and recent ones",
                                description="migrations in flight and recent: id, job, strategy, phase, source -> target, age")
-    _common(ms, json_help="one JSON object per migration, in a list")
     ms.set_defaults(func=_runner("migrations", migrations_with))
 
-    i = subparsers.add_parser("interrupt", help="deliver a spot-interruption (or rebalance) notice for a node",
+    i = subparsers.add_parser("interrupt", parents=remote_parents("the interruption as one JSON object"),
+                              help="deliver a spot-interruption (or rebalance) notice for a node",
                               description="a provider's notice that a node goes: a forced drain sized to the deadline")
     i.add_argument("node", help="node name or Ray node id")
     i.add_argument("--deadline", type=float, metavar="SECONDS", help="the node goes this many seconds from now (default: none)")
     i.add_argument("--kind", choices=KIND_CHOICES, default="spot-interruption", help="the notice's kind (default: spot-interruption)")
-    _common(i, json_help="the interruption as one JSON object")
     i.set_defaults(func=_runner("interrupt", interrupt_with))
-
-
-def _common(p: argparse.ArgumentParser, *, json_help: str | None) -> None:
-    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
-    if json_help:
-        p.add_argument("--json", action="store_true", help=json_help)
 
 
 # -- rendering (pure) ----------------------------------------------------------------------------------
@@ -349,9 +345,14 @@ def interrupt_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdo
 
 
 def _runner(command: str, body: Callable[..., int]) -> Callable[[argparse.Namespace], int]:
-    """``args -> exit code``: connect, hand a ``FabricHandle`` to ``body``, disconnect if we connected."""
+    """``args -> exit code``: with ``--api``, hand ``body`` the operator API's client; else connect
+    to Ray, hand it a ``FabricHandle``, disconnect if we connected."""
 
     def run(args: argparse.Namespace) -> int:
+        if api_address(args):
+            return run_over_api(args, command, lambda client: body(client, args, sys.stdout, sys.stderr))
+        if bad_address(args.address, command):
+            return EXIT_USAGE
         import ray as ray_module
 
         from fabric.cli.connect import connect
@@ -360,9 +361,9 @@ def _runner(command: str, body: Callable[..., int]) -> Callable[[argparse.Namesp
         ours = not ray_module.is_initialized()  # a driver that was connected already stays connected
         ray = connect(args.address, command)  # on failure it has said why
         if ray is None:
-            return 2
+            return EXIT_FAILED
         try:
-            return body(FabricHandle(), args)
+            return body(FabricHandle(), args, sys.stdout, sys.stderr)  # the streams now, not at import
         finally:
             if ours:
                 ray.shutdown()

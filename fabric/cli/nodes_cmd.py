@@ -5,8 +5,8 @@ running/max slots, GPUs, pool/pool tier, last seen. ``--json`` prints one object
 list, with every field whole (node id, GPU models, zone, provider, instance). Off a terminal the
 table fits 80 columns (long names and GPU lists cut with an ellipsis); ``--wide`` keeps every
 cell whole. It connects and exits as ``fabric status`` does (``--address HOST:PORT``, default
-``auto``): 2 when the cluster cannot be reached (``connect`` has said why), 1 when the fabric is
-not up there.
+``auto``, or ``--api HOST:PORT`` through the operator API without Ray): 1 when the cluster or the
+API cannot be reached (it has said why) or the fabric is not up there, 2 for a malformed address.
 
 A node that joined without pool labels is in the default pool's fixed tier (as the scheduler's
 ``FleetView`` reads it); ``node_rows`` resolves that from the settings in force when it has them.
@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 from fabric.cli.tables import ago, add_width_flag, gpus_cell, output_width, render_table
 
 __all__ = ["NODES_HEADER", "add_parser", "format_nodes_table", "node_rows", "resolve_pool", "run_nodes"]
@@ -37,9 +38,8 @@ columns, whatever the names."""
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("nodes", help="one row per node: name, tier, status, running/max, GPUs, pool/pool tier, last seen",
                               description="one row per node the fabric knows: name, tier, status, running/max slots, "
-                                          "GPUs, pool/pool tier, last seen (--json: every field, node ids included)")
-    p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
-    p.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+                                          "GPUs, pool/pool tier, last seen (--json: every field, node ids included)",
+                              parents=remote_parents("one JSON object per node, in a list"))
     add_width_flag(p)
     p.set_defaults(func=run_nodes)
 
@@ -119,7 +119,19 @@ def _settings(handle: Any) -> Any:
         return None
 
 
+def print_nodes(handle: Any, records: Sequence[Any], args: argparse.Namespace) -> int:
+    """Print ``records`` as the table (or ``--json``), pools resolved with ``handle``'s settings."""
+    now = time.time()
+    rows = node_rows(records, now, _settings(handle))
+    print(json.dumps(rows, indent=2) if args.json else format_nodes_table(rows, now, output_width(args)))
+    return EXIT_OK
+
+
 def run_nodes(args: argparse.Namespace) -> int:
+    if api_address(args):
+        return run_over_api(args, "nodes", lambda client: print_nodes(client, client.nodes(), args))
+    if bad_address(args.address, "nodes"):
+        return EXIT_USAGE
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle
 
@@ -128,18 +140,15 @@ def run_nodes(args: argparse.Namespace) -> int:
     ours = not ray_module.is_initialized()  # a driver that was connected already stays connected
     ray = connect(args.address, "nodes")  # on failure it has said why (a token problem, nothing there...)
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         handle = FabricHandle()
         try:
             records = handle.nodes()
         except RuntimeError as exc:  # the fabric is not up here
             print(f"fabric nodes: {exc}", file=sys.stderr)
-            return 1
-        now = time.time()
-        rows = node_rows(records, now, _settings(handle))
-        print(json.dumps(rows, indent=2) if args.json else format_nodes_table(rows, now, output_width(args)))
-        return 0
+            return EXIT_FAILED
+        return print_nodes(handle, records, args)
     finally:
         if ours:
             ray.shutdown()

@@ -4,24 +4,41 @@ the other moves of work are ``fabric.cli.moves_cmd``'s).
 ``explain`` is a dry-run placement against the live fleet: the decision and its trace (every
 node's first failing filter, every survivor's ranking key), for a person (its long lines wrapped
 to 80 columns, or the terminal's; ``--wide`` keeps them whole) or as ``--json``.
+
+Each reaches the scheduler through Ray (``--address``) or through the operator API (``--api
+HOST:PORT``, no Ray): the same ``SchedulerApi`` calls either way. Exit 1 when the fabric cannot be
+reached or is not up, 2 when it refused the request (an unknown node, a bad requirement).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
+from fabric.cli.common import (
+    EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api,
+)
 from fabric.cli.connect import connect
-from fabric.cli.node import add_width_flag, fit_lines, output_width
+from fabric.cli.tables import add_width_flag, fit_lines, output_width
 from fabric.core import names
 from fabric.core.errors import FabricError
-from fabric.core.scheduler_api import SchedulerApi
+from fabric.core.placement import PlacementContext, Requirement
+from fabric.core.scheduler_api import ExplainAnswer, SchedulerApi
 from fabric.rayio.scheduler_client import SchedulerClient
+
+class SchedulerOps(Protocol):
+    """The part of ``SchedulerApi`` these commands call: the scheduler's client through Ray
+    (``SchedulerClient``) and the operator API's (``fabric.api.client.ApiClient``) both are one."""
+
+    def cordon(self, node: str) -> str: ...
+    def uncordon(self, node: str) -> str: ...
+    def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> ExplainAnswer: ...
+
 
 CALL_TIMEOUT_S = 60.0
 """How long a command waits for the scheduler's answer."""
-NODE_OPS: dict[str, Callable[[SchedulerApi, str], str]] = {
+NODE_OPS: dict[str, Callable[[SchedulerOps, str], str]] = {
     "cordon": lambda api, node: api.cordon(node),
     "uncordon": lambda api, node: api.uncordon(node),
 }
@@ -31,12 +48,12 @@ NODE_OPS: dict[str, Callable[[SchedulerApi, str], str]] = {
 def add_parser(subparsers: Any) -> None:
     for command, helptext in (("cordon", "keep new work off a node (running work is left alone)"),
                               ("uncordon", "let a cordoned or drained node take work again")):
-        p = subparsers.add_parser(command, help=helptext, description=helptext)
+        p = subparsers.add_parser(command, help=helptext, description=helptext, parents=remote_parents())
         p.add_argument("node", help="node name or Ray node id")
-        p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
         p.set_defaults(func=run_node_op, op=command)  # the call it makes: NODE_OPS[command]
     e = subparsers.add_parser("explain", help="dry-run a placement against the live fleet and show why",
-                              description="dry-run a placement against the live fleet and show why")
+                              description="dry-run a placement against the live fleet and show why",
+                              parents=remote_parents("machine-readable output"))
     e.add_argument("--min-tier", help="best tier the work asks for")
     e.add_argument("--floor", help="lowest tier it may degrade to")
     e.add_argument("--hard", action="store_true", help="never degrade (fallback=False)")
@@ -47,13 +64,11 @@ def add_parser(subparsers: Any) -> None:
     e.add_argument("--capability", action="append", default=[], metavar="TAG", help="required capability tag (repeatable)")
     e.add_argument("--pool", help="pool to place into")
     e.add_argument("--verbose", action="store_true", help="every node's verdict, not only the top survivors")
-    e.add_argument("--json", action="store_true", help="machine-readable output")
-    e.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
     add_width_flag(e)
     e.set_defaults(func=run_explain)
 
 
-def _scheduler(ray, command: str) -> SchedulerApi | None:
+def _scheduler(ray: Any, command: str) -> SchedulerApi | None:
     """The scheduler's methods (each answer waited for ``CALL_TIMEOUT_S``), or None (said on stderr)
     when the fabric is not up."""
     try:
@@ -69,24 +84,52 @@ def _unwrap(exc: Exception) -> Exception:
     return cause if isinstance(cause, Exception) else exc
 
 
-def run_node_op(args) -> int:
-    ray = connect(args.address, args.op)
+def with_scheduler(args: Any, command: str, body: Callable[[SchedulerOps], int]) -> int:
+    """``body`` with the scheduler's methods: over the operator API with ``--api``, else through Ray."""
+    if api_address(args):
+        return run_over_api(args, command, body)
+    if bad_address(args.address, command):
+        return EXIT_USAGE
+    ray = connect(args.address, command)
     if ray is None:
-        return 2
-    sched = _scheduler(ray, args.op)
+        return EXIT_FAILED
+    sched = _scheduler(ray, command)
     if sched is None:
-        return 2
+        return EXIT_FAILED
+    return body(sched)
+
+
+def node_op_with(sched: SchedulerOps, args: Any) -> int:
+    """Cordon or uncordon ``args.node`` (``args.op``) and say so."""
     try:
         node_id = NODE_OPS[args.op](sched, args.node)
     except Exception as exc:
         err = _unwrap(exc)
         print(f"fabric {args.op}: {err}", file=sys.stderr)
-        return 2 if isinstance(err, (FabricError, KeyError)) else 1
+        return EXIT_USAGE if isinstance(err, (FabricError, KeyError)) else EXIT_FAILED
     print(f"{args.op} {args.node} ({node_id[:12]})")
-    return 0
+    return EXIT_OK
 
 
-def run_explain(args) -> int:
+def run_node_op(args: Any) -> int:
+    return with_scheduler(args, args.op, lambda sched: node_op_with(sched, args))
+
+
+def explain_with(sched: SchedulerOps, req: Requirement, args: Any) -> int:
+    """Print the dry run of ``req`` (text to fit, or ``--json``)."""
+    try:
+        out = sched.explain(req, None, args.verbose)
+    except FabricError as exc:
+        print(f"fabric explain: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps({"requirement": repr(req), **out}, indent=2, default=str))
+    else:
+        print(fit_lines(out["text"], output_width(args)))  # long lines (a requirement, node ids) wrap to fit
+    return EXIT_OK
+
+
+def run_explain(args: Any) -> int:
     from fabric.runtime.client import build_requirement
 
     opts: dict[str, Any] = {}
@@ -103,16 +146,5 @@ def run_explain(args) -> int:
         req = build_requirement(opts)
     except FabricError as exc:
         print(f"fabric explain: {exc}", file=sys.stderr)
-        return 2
-    ray = connect(args.address, "explain")
-    if ray is None:
-        return 2
-    sched = _scheduler(ray, "explain")
-    if sched is None:
-        return 2
-    out = sched.explain(req, None, args.verbose)
-    if args.json:
-        print(json.dumps({"requirement": repr(req), **out}, indent=2, default=str))
-    else:
-        print(fit_lines(out["text"], output_width(args)))  # long lines (a requirement, node ids) wrap to fit
-    return 0
+        return EXIT_USAGE
+    return with_scheduler(args, "explain", lambda sched: explain_with(sched, req, args))

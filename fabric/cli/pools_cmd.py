@@ -15,13 +15,13 @@ import json
 import sys
 from typing import Any, Sequence
 
+from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, address_parent, bad_address, json_parent
 from fabric.cli.tables import NARROW, add_width_flag, fit_lines, output_width
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("pools", help="pools, pool tiers, hot spares and prospective nodes, as the scheduler sees them")
-    p.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
-    p.add_argument("--json", action="store_true", help="one JSON object: pools, spares, prospective")
+    p = subparsers.add_parser("pools", help="pools, pool tiers, hot spares and prospective nodes, as the scheduler sees them",
+                              parents=[address_parent(), json_parent("one JSON object: pools, spares, prospective")])
     add_width_flag(p)
     p.set_defaults(func=run_pools)
 
@@ -108,9 +108,11 @@ def run_pools(args: argparse.Namespace) -> int:
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle
 
+    if bad_address(args.address, "pools"):
+        return EXIT_USAGE
     ray = connect(args.address, "pools")
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         try:
             view = fetch_view(FabricHandle())

@@ -6,12 +6,13 @@ of the node running its job; one line per host on stdout says where it goes or w
 unroutable. ``--watch`` keeps going: it loads the config into Caddy through its admin API
 (``--admin HOST:PORT``, default Caddy's ``127.0.0.1:2019``) and, polling every ``--interval``
 seconds (0.5), rewrites and reloads it whenever a binding changes, until interrupted.
-``--listen`` is the generated server's listen address (default ``:8080``). ``--settings FILE``
-takes the routes from a settings file instead of the settings the fabric runs with.
+``--listen`` is the generated server's listen address (default ``:8080``). ``--config FILE``
+(``--settings FILE``, its other name) takes the routes from a settings file instead of the
+settings the fabric runs with.
 
 It connects as ``fabric jobs`` does (``--address``, default ``auto``) and exits as it does: 2 when
-the cluster cannot be reached or an argument is wrong, 1 when the fabric is not up there (or the
-file cannot be written); 0 otherwise (an interrupted ``--watch`` too).
+an argument or the settings file is wrong, 1 when the cluster cannot be reached or the fabric is
+not up there (or the file cannot be written); 0 otherwise (an interrupted ``--watch`` too).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import argparse
 import sys
 from typing import Any
 
-from fabric.cli.node import parse_address
+from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, address_parent, bad_address
+from fabric.cli.connect import parse_address
 
 __all__ = ["add_parser", "run_routes"]
 
@@ -30,14 +32,15 @@ def add_parser(subparsers: Any) -> None:
 
     p = subparsers.add_parser("routes", help="write (and with --watch keep current) a Caddy config for the edge routes",
                               description="write a Caddy JSON config routing each settings route (host -> job, port) "
-                                          "to the node running its job now; --watch reloads Caddy on every binding change")
+                                          "to the node running its job now; --watch reloads Caddy on every binding change",
+                              parents=[address_parent()])
     p.add_argument("--caddy", required=True, metavar="FILE", help="the Caddy JSON config file to write")
     p.add_argument("--watch", action="store_true", help="keep polling; rewrite and reload Caddy (admin API /load) on every change")
     p.add_argument("--admin", default=DEFAULT_ADMIN, metavar="HOST:PORT", help=f"Caddy's admin API (default: {DEFAULT_ADMIN})")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="ADDR", help=f"the generated server's listen address (default: {DEFAULT_LISTEN})")
     p.add_argument("--interval", type=float, default=0.5, metavar="S", help="--watch: seconds between polls (default: 0.5)")
-    p.add_argument("--settings", default=None, metavar="FILE", help="take the routes from this settings file (default: the fabric's)")
-    p.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    p.add_argument("--config", "--settings", dest="settings", default=None, metavar="FILE",
+                   help="take the routes from this settings file (default: the fabric's); --settings is its other name")
     p.set_defaults(func=run_routes)
 
 
@@ -57,7 +60,9 @@ def run_routes(args: argparse.Namespace) -> int:
     why = _problem(args)
     if why is not None:
         print(f"fabric routes: error: {why}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    if bad_address(args.address, "routes"):
+        return EXIT_USAGE
     routes = None
     if args.settings is not None:
         from fabric.core.errors import SettingsError
@@ -78,7 +83,7 @@ def run_routes(args: argparse.Namespace) -> int:
     ours = not ray_module.is_initialized()
     ray = connect(args.address, "routes")
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         watcher = RouteWatcher(FabricHandle(), args.caddy, args.admin, routes=routes, listen=args.listen,
                                interval_s=args.interval, report=lambda line: print(line, flush=True))

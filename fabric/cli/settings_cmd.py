@@ -7,8 +7,8 @@
 - ``schema`` prints the settings' JSON Schema (``--output FILE`` writes it), for editors. No Ray.
 - ``example`` prints the example file shipped in the package (every field, commented). No Ray.
 - ``show`` prints the settings the running fabric uses (YAML; ``--json``): it connects as ``fabric
-  nodes`` does (``--address``, default ``auto``) and exits 2 when the cluster cannot be reached,
-  1 when the fabric is not up there.
+  nodes`` does (``--address``, default ``auto``, or ``--api HOST:PORT`` through the operator API
+  without Ray) and exits 1 when the cluster cannot be reached or the fabric is not up there.
 
 The checking itself is pure (``fabric.core.settings_check``); this module only prints.
 """
@@ -20,6 +20,8 @@ import json
 import sys
 from importlib import resources
 from typing import Any
+
+from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 
 __all__ = ["add_parser", "example_text", "format_problems", "run_validate", "schema", "settings_text"]
 
@@ -51,9 +53,8 @@ def add_parser(subparsers: Any) -> None:
     e.set_defaults(func=run_example)
 
     w = sub.add_parser("show", help="print the settings the running fabric uses",
-                       description="print the settings in force on the running fabric, as YAML (or JSON)")
-    w.add_argument("--json", action="store_true", help="print JSON instead of YAML")
-    w.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+                       description="print the settings in force on the running fabric, as YAML (or JSON)",
+                       parents=remote_parents("print JSON instead of YAML"))
     w.set_defaults(func=run_show)
 
 
@@ -131,7 +132,16 @@ def settings_text(settings: Any, as_json: bool) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
+def _print_settings(settings: Any, args: argparse.Namespace) -> int:
+    sys.stdout.write(settings_text(settings, args.json))
+    return EXIT_OK
+
+
 def run_show(args: argparse.Namespace) -> int:
+    if api_address(args):
+        return run_over_api(args, "settings show", lambda client: _print_settings(client.settings_in_force(), args))
+    if bad_address(args.address, "settings show"):
+        return EXIT_USAGE
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle
 
@@ -140,14 +150,13 @@ def run_show(args: argparse.Namespace) -> int:
     ours = not ray_module.is_initialized()  # a driver that was connected already stays connected
     ray = connect(args.address, "settings show")  # on failure it has said why
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         settings = FabricHandle().settings_in_force()
     except RuntimeError as exc:  # the fabric is not up here
         print(f"fabric settings show: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     finally:
         if ours:
             ray.shutdown()
-    sys.stdout.write(settings_text(settings, args.json))
-    return 0
+    return _print_settings(settings, args)

@@ -1,4 +1,7 @@
-"""``fabric status``: the fleet the fabric knows as a table (or ``--json``), then its pools."""
+"""``fabric status``: the fleet the fabric knows as a table (or ``--json``), then its pools.
+
+Through Ray (``--address``) the table is the registry's nodes and the pools follow; through the
+operator API (``--api HOST:PORT``, no Ray) it is the scheduler's fleet view, without the pools."""
 
 from __future__ import annotations
 
@@ -6,8 +9,9 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 from fabric.cli.tables import add_width_flag, ago, fit_lines, gpus_cell, output_width, render_table
 
 __all__ = ["STATUS_HEADER", "add_parser", "format_status_table", "run_status", "status_rows"]
@@ -15,9 +19,8 @@ __all__ = ["STATUS_HEADER", "add_parser", "format_status_table", "run_status", "
 
 def add_parser(subparsers: Any) -> None:
     s = subparsers.add_parser("status", help="print the fleet the fabric knows: name, tier, GPUs, status, running/max, utilisation, "
-                                             "last seen; then its pools, pool tiers, hot spares and prospective nodes")
-    s.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
-    s.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+                                             "last seen; then its pools, pool tiers, hot spares and prospective nodes",
+                              parents=remote_parents("one JSON object per node, in a list"))
     add_width_flag(s)
     s.set_defaults(func=run_status)
 
@@ -79,28 +82,37 @@ def _pools_text(width: int | None) -> str:
         return ""
 
 
+def print_status(records: Sequence[Any], args: argparse.Namespace, pools: Callable[[int | None], str]) -> int:
+    """Print the node table (or ``--json``), then ``pools(width)`` when it says anything."""
+    now = time.time()
+    rows = status_rows(records, now)
+    width = output_width(args)
+    print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now, width))
+    if not args.json:
+        text = pools(width)
+        if text:
+            print()
+            print(text)
+    return EXIT_OK
+
+
 def run_status(args: argparse.Namespace) -> int:
+    if api_address(args):  # the API's node view is the scheduler's; the pools table needs the Ray path
+        return run_over_api(args, "status", lambda client: print_status(client.nodes(), args, lambda _width: ""))
+    if bad_address(args.address, "status"):
+        return EXIT_USAGE
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle
 
     ray = connect(args.address, "status")  # on failure it has said why (a token problem, nothing there...)
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         try:
             records = FabricHandle().nodes()
         except RuntimeError as exc:  # the fabric is not up here
             print(f"fabric status: {exc}", file=sys.stderr)
-            return 1
-        now = time.time()
-        rows = status_rows(records, now)
-        width = output_width(args)
-        print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now, width))
-        if not args.json:
-            pools = _pools_text(width)
-            if pools:
-                print()
-                print(pools)
-        return 0
+            return EXIT_FAILED
+        return print_status(records, args, _pools_text)
     finally:
         ray.shutdown()

@@ -110,6 +110,7 @@ def test_show_prints_the_settings_as_a_file_that_loads_back(tmp_path):
 
 
 def test_show_says_why_when_it_cannot_connect(capsys):
-    """Ray is forbidden in unit tests: ``show`` against an address with nothing there exits 2 with a reason."""
+    """Ray is forbidden in unit tests: ``show`` against an address with nothing there exits 1 (the
+    fabric is not up there) with a reason."""
     code, out, err = _run(capsys, "show", "--address", "127.0.0.1:1")
-    assert code == 2 and out == "" and "cannot connect" in err
+    assert code == 1 and out == "" and "cannot connect" in err
