@@ -110,6 +110,7 @@ class Registry:
         else:
             record = RegistryRecord(
                 node_id=node_id, name=caps.name, capabilities=caps, labels=dict(ray_node.labels),
+                ray_resources={k: float(v) for k, v in ray_node.resources.items()},
                 status=NodeStatus.ACTIVE, status_since=now, registered_at=now, last_seen=now,
                 utilization=util or Utilization(), held_until=held_until,
                 profile=ray_node.labels.get(PROFILE_LABEL) or (caps.source if caps.source != "live" else None),

@@ -61,6 +61,10 @@ class RegistryRecord(_Model):
     """What the node's probe reports now (a degraded node reports less than it joined with)."""
     labels: dict[str, str] = Field(default_factory=dict)
     """The Ray labels the node joined with (fixed for its lifetime)."""
+    ray_resources: dict[str, float] = Field(default_factory=dict)
+    """The Ray resources the node joined with (totals: CPU, GPU, memory, custom resources,
+    ``accelerator_type:<T>``), fixed for its lifetime: what ``resources=`` and ``accelerator_type=``
+    of a call are checked against."""
     status: NodeStatus = NodeStatus.ACTIVE
     status_since: float = 0.0
     registered_at: float = 0.0
@@ -108,6 +112,7 @@ class RegistryRecord(_Model):
                 and previous.zone == labels.get(ZONE_LABEL) and previous.pool == labels.get(POOL_LABEL)
                 and previous.pool_tier == labels.get(POOL_TIER_LABEL) and previous.label_tier == _label_tier(labels.get(TIER_LABEL))
                 and previous.tier == self.capabilities.tier
+                and previous.ray_labels == labels and previous.ray_resources == self.ray_resources
                 and (previous.warm == frozenset(self.warm) if self.warm else not previous.warm)):
             return previous.with_live(status=self.status, utilization=self.utilization.fraction, last_seen=self.last_seen,
                                       cordoned=self.cordoned, flap_held=self.flap_held(now))
@@ -118,7 +123,7 @@ class RegistryRecord(_Model):
             zone=labels.get(ZONE_LABEL), pool=labels.get(POOL_LABEL), pool_tier=labels.get(POOL_TIER_LABEL),
             label_tier=_label_tier(labels.get(TIER_LABEL)), warm=frozenset(self.warm),
             instance_id=labels.get(INSTANCE_LABEL) or None, provider=labels.get(PROVIDER_LABEL) or None,
-            spare=labels.get(SPARE_LABEL) == "true",
+            spare=labels.get(SPARE_LABEL) == "true", ray_labels=labels, ray_resources=self.ray_resources,
         )
 
 
@@ -141,7 +146,7 @@ def _label_tier(value: str | None) -> Any:
 # -- the change feed ---------------------------------------------------------------------------------
 LIVE_FIELDS = ("status", "status_since", "last_seen", "utilization", "degraded", "held_until", "cordoned", "drained")
 """The fields of a ``RegistryRecord`` that change while a node lives (heartbeats, health, operator).
-The others (``node_id``, ``name``, ``capabilities``, ``labels``, ``registered_at``, ``profile``,
+The others (``node_id``, ``name``, ``capabilities``, ``labels``, ``ray_resources``, ``registered_at``, ``profile``,
 ``warm``) change only when a node registers, re-probes or reports its warmth (the whole record travels)."""
 
 CHANGE_KINDS = ("record", "update", "collected", "seen")

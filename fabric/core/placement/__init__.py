@@ -7,9 +7,11 @@ lexicographic key; provisions from an elastic pool tier when nothing fits; other
 See ``walk`` for the exact rules (resilience, ``when_full``, scale).
 
 Hard filters, in order (``FILTER_NAMES``; a trace names the first one a node fails):
-target_node, pool, pool_tier, excluded, status, cordoned, spare_reserved, capabilities, level,
-cpu, memory, cores, concurrency, ports, gpu, gpu_capacity, exclusive, co_location, separation,
-zone. ``when_full="wait"`` waits on the slot filters (cpu, memory, concurrency, gpu_capacity).
+target_node, pool, pool_tier, excluded, status, cordoned, spare_reserved, capabilities, resources,
+accelerator_type, label_selector, level, cpu, memory, cores, concurrency, ports, gpu, gpu_capacity,
+exclusive, co_location, separation, zone. ``resources``, ``accelerator_type`` and ``label_selector``
+are Ray's own terms, read from the Ray resources and labels the node joined with
+(``NodeRecord.ray_resources``, ``ray_labels``). ``when_full="wait"`` waits on the slot filters (cpu, memory, concurrency, gpu_capacity).
 
 Key components, smaller wins (``KEY_COMPONENTS``): resilience_violations, launching,
 avoided_spare, tier, warmth, reservation, preferred_spare, packing, same_zone, node_id.
@@ -24,14 +26,15 @@ untouched); ``dry_run`` is ``place`` with a trace.
 ``place`` is the fast engine (``fabric.core.placement.fast``); ``fabric.core.placement.reference.place``
 is the plain one it is tested against (same decisions, same traces).
 
-Modules: ``requirement`` (Requirement), ``context`` (PlacementContext, Peer), ``records``
+Modules: ``ray_terms`` (Ray's resources, label selector and accelerator type in a requirement;
+``RayCallOptions``), ``requirement`` (Requirement), ``context`` (PlacementContext, Peer), ``records``
 (NodeRecord), ``fleet`` (FleetView, FleetSnapshot), ``filters`` (the chain,
 GPU choice, provisioning fit), ``keys`` (the key), ``walk`` (step order, decision builders),
 ``reference``, ``fast``, ``decision`` (Decision, Allocation), ``trace`` (PlacementTrace,
 TraceStep), ``explain``, ``synth`` (synthetic fleets for tests and the benchmark).
 
 Imports inside the package run one way (an import-linter ``acyclic_siblings`` contract checks
-it): requirement, context, trace < records < filters < keys < explain < decision < walk, fleet <
+it): ray_terms < requirement, context, trace < records < filters < keys < explain < decision < walk, fleet <
 reference < fast.
 """
 

@@ -25,6 +25,7 @@ from fabric.core.placement.decision import Decision
 from fabric.core.placement.filters import SLOT_FILTERS, Query, choose_gpus, first_failing, may_provision, provision_shape
 from fabric.core.placement.fleet import CPU_CLASSES, FleetView, cpu_classes_for
 from fabric.core.placement.keys import resilience_violations
+from fabric.core.placement.ray_terms import ACCELERATOR_PREFIX
 from fabric.core.placement.records import EPS, NodeRecord
 from fabric.core.placement.requirement import Requirement
 from fabric.core.placement.trace import PlacementTrace
@@ -88,6 +89,9 @@ def _make_fits(req: Requirement, ctx: PlacementContext) -> Callable[[NodeRecord]
     zones = ctx.peer_zones if ctx.intra_zone == "hard" else frozenset()
     override = ctx.override_reservation
     template = ctx.template
+    res = req.resources
+    accel = None if req.accelerator_type is None else f"{ACCELERATOR_PREFIX}{req.accelerator_type}"
+    terms = req.label_selector
 
     def fits(rec: NodeRecord):
         nid = rec.node_id
@@ -98,6 +102,18 @@ def _make_fits(req: Requirement, ctx: PlacementContext) -> Callable[[NodeRecord]
                 return None
         if caps and not caps <= rec._tags:
             return None
+        if res:
+            have = rec.ray_resources
+            for name, amount in res:
+                if have.get(name, 0.0) + EPS < amount:
+                    return None
+        if accel is not None and accel not in rec.ray_resources:
+            return None
+        if terms:
+            labels = rec.ray_labels
+            for term in terms:
+                if not term.matches(labels):
+                    return None
         if rec.reserved_cpus + need_cpu > rec._cpu_total + EPS:
             return None
         if rec.reserved_memory_mib + need_mem > rec._mem_total + EPS:

@@ -16,7 +16,9 @@ from typing import Callable
 
 from fabric.core.capabilities import normalise_gpu_name
 from fabric.core.lifecycle import NodeStatus
+from fabric.core.names import TIER_LABEL
 from fabric.core.placement.context import PlacementContext
+from fabric.core.placement.ray_terms import ACCELERATOR_PREFIX
 from fabric.core.placement.records import EPS, NodeRecord, gpu_model_matches
 from fabric.core.placement.requirement import Requirement
 from fabric.core.settings import NodeShape, PoolTier
@@ -78,6 +80,24 @@ def spare_reserved(rec: NodeRecord, q: Query) -> bool:
 
 def capabilities(rec: NodeRecord, q: Query) -> bool:
     return q.req.capabilities <= rec._tags
+
+
+def resources(rec: NodeRecord, q: Query) -> bool:
+    """The node joined Ray with every custom resource asked for (``resources``), in that amount."""
+    if not q.req.resources:
+        return True
+    have = rec.ray_resources
+    return all(have.get(name, 0.0) + EPS >= amount for name, amount in q.req.resources)
+
+
+def accelerator_type(rec: NodeRecord, q: Query) -> bool:
+    """The node has Ray's resource ``accelerator_type:<T>`` (Ray's ``accelerator_type``)."""
+    return q.req.accelerator_type is None or f"{ACCELERATOR_PREFIX}{q.req.accelerator_type}" in rec.ray_resources
+
+
+def label_selector(rec: NodeRecord, q: Query) -> bool:
+    """The node's Ray labels match every term of the requirement's ``label_selector``."""
+    return not q.req.label_selector or all(t.matches(rec.ray_labels) for t in q.req.label_selector)
 
 
 def level(rec: NodeRecord, q: Query) -> bool:
@@ -152,6 +172,9 @@ FILTERS: tuple[tuple[str, Callable[[NodeRecord, Query], bool]], ...] = (
     ("cordoned", cordoned),
     ("spare_reserved", spare_reserved),
     ("capabilities", capabilities),
+    ("resources", resources),
+    ("accelerator_type", accelerator_type),
+    ("label_selector", label_selector),
     ("level", level),
     ("cpu", cpu),
     ("memory", memory),
@@ -227,10 +250,25 @@ def shape_fits(shape: NodeShape, req: Requirement, ctx: PlacementContext, level:
                 return False
             if normalise_gpu_name(shape.gpu_model).lower() != normalise_gpu_name(req.gpu_model).lower():
                 return False
+    if not shape_has_ray_terms(shape, req):
+        return False
     if req.capabilities:
         tags = set(shape.capabilities)
         tags.add(f"tier:{shape.tier.value}")
         if not req.capabilities <= tags:
+            return False
+    return True
+
+
+def shape_has_ray_terms(shape: NodeShape, req: Requirement) -> bool:
+    """Whether a node of ``shape`` would meet ``req``'s Ray terms. A shape says nothing of custom
+    resources or accelerator types, so a requirement naming them never provisions; of the labels a
+    selector may name, a new node's ``fabric.io/tier`` is the shape's tier and every other label is
+    unknown, so only a selector on the tier alone may provision."""
+    if req.resources or req.accelerator_type is not None:
+        return False
+    for term in req.label_selector:
+        if term.key != TIER_LABEL or not term.matches({TIER_LABEL: shape.tier.value}):
             return False
     return True
 

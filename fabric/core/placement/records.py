@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Mapping
 
 from fabric.core.capabilities import NodeCapabilities, normalise_gpu_name
 from fabric.core.lifecycle import NodeStatus
@@ -97,6 +97,12 @@ class NodeRecord:
     """The tier the node's Ray label says (``fabric.io/tier``, fixed when its raylet started).
     None: the tier its capabilities serve. A demoted node keeps its old label, so whatever routes
     by label (the spill selector) must exclude it by node id."""
+    ray_labels: Mapping[str, str] = field(default_factory=dict)
+    """Every Ray label the node joined with (fixed for its lifetime): what a requirement's
+    ``label_selector`` is matched against."""
+    ray_resources: Mapping[str, float] = field(default_factory=dict)
+    """The Ray resources the node joined with (totals, custom ones and ``accelerator_type:<T>``
+    included): what a requirement's ``resources`` and ``accelerator_type`` are checked against."""
 
     # -- derived at build time (not part of the public data) -------------------------------
     _rank: int = field(init=False, repr=False, compare=False)
@@ -236,6 +242,8 @@ class NodeRecord:
                 v = list(v)
             elif isinstance(v, (ComputeTier, NodeStatus)):
                 v = v.value
+            elif f.name in ("ray_labels", "ray_resources"):
+                v = dict(v)
             out[f.name] = v
         out["load"] = self.load
         out["unconsumed_spare"] = self.unconsumed_spare

@@ -31,6 +31,10 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from fabric.core.errors import RequirementError
+from fabric.core.placement.ray_terms import (
+    LabelTerm, RayCallOptions, check_fabric_labels, parse_accelerator_type, parse_label_selector, parse_resources,
+    ray_call_options,
+)
 from fabric.core.tiers import ComputeTier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -132,13 +136,14 @@ class Requirement:
 
     Every bad value raises ``RequirementError`` naming the field (``min_tier``, ``floor``,
     ``num_cpus``, ``memory_mib``, ``num_cores``, ``num_gpus``, ``gpu_model``, ``capabilities``,
-    ``ports``, ``pool``, ``prefer``, ``when_full``, ``scale``, ``payload_size``).
+    ``ports``, ``pool``, ``prefer``, ``when_full``, ``scale``, ``payload_size``, ``resources``,
+    ``label_selector``, ``accelerator_type``, ``ray``).
     """
 
     __slots__ = (
         "min_tier", "floor", "fallback", "num_cpus", "memory_mib", "num_cores", "num_gpus",
         "gpu_model", "capabilities", "ports", "pool", "prefer", "exclusive", "payload_size",
-        "when_full", "scale", "class_key", "class_id", "_hash",
+        "when_full", "scale", "resources", "label_selector", "accelerator_type", "ray", "class_key", "class_id", "_hash",
     )
 
     min_tier: ComputeTier
@@ -173,6 +178,16 @@ class Requirement:
     """``spill`` down the tiers when the best level is full (a burst) or ``wait`` for a slot."""
     scale: str
     """``degrade_first`` (walk every existing-node level before provisioning) or ``provision_first``."""
+    resources: tuple[tuple[str, float], ...]
+    """Ray custom resources the node must have (``(name, amount)``, sorted): Ray's ``resources``."""
+    label_selector: tuple[LabelTerm, ...]
+    """Ray's ``label_selector``, parsed: the node's Ray labels must match every term."""
+    accelerator_type: str | None
+    """Ray's ``accelerator_type``: the node must have the resource ``accelerator_type:<T>``."""
+    ray: RayCallOptions
+    """What Ray is told about the call as it is (runtime_env, num_returns, retry_exceptions, and a
+    job's max_concurrency / max_task_retries); part of ``class_key`` so that calls told different
+    things never share a lease's prepared options."""
     class_key: tuple
     """Everything that affects placement, as one hashable tuple."""
     class_id: int
@@ -199,6 +214,10 @@ class Requirement:
         payload_size: int = 0,
         when_full: str = "spill",
         scale: str = "degrade_first",
+        resources: "dict[str, float] | None" = None,
+        label_selector: "dict[str, str] | None" = None,
+        accelerator_type: str | None = None,
+        ray: "RayCallOptions | dict[str, Any] | None" = None,
     ) -> None:
         s = object.__setattr__
         for flag, value in (("fallback", fallback), ("exclusive", exclusive)):
@@ -241,6 +260,18 @@ class Requirement:
         _choice("when_full", when_full, _WHEN_FULL)
         _choice("scale", scale, _SCALE)
         _check_payload(payload_size)
+        res = parse_resources(resources) if resources is not None else ()
+        terms = parse_label_selector(label_selector) if label_selector is not None else ()
+        check_fabric_labels(terms, mt, fl, pool)
+        accel = parse_accelerator_type(accelerator_type)
+        if ray is None:
+            ray = _PLAIN_RAY
+        elif isinstance(ray, dict):
+            ray = ray_call_options(**{k: v for k, v in ray.items() if k in _RAY_KWARGS})
+        elif not isinstance(ray, RayCallOptions):
+            raise RequirementError("ray", f"must be RayCallOptions or a dict of them, got {type(ray).__name__}", ray)
+        elif ray == _PLAIN_RAY:
+            ray = _PLAIN_RAY
         s(self, "min_tier", mt)
         s(self, "floor", fl)
         s(self, "fallback", bool(fallback))
@@ -257,10 +288,16 @@ class Requirement:
         s(self, "payload_size", payload_size)
         s(self, "when_full", when_full)
         s(self, "scale", scale)
-        key = (
+        s(self, "resources", res)
+        s(self, "label_selector", terms)
+        s(self, "accelerator_type", accel)
+        s(self, "ray", ray)
+        key: tuple = (
             mt.rank, fl.rank, cpus, mem, int(cores), gpus, self.gpu_model, tuple(sorted(caps)),
             port_tokens, pool, prefer, bool(exclusive), when_full, scale,
         )
+        if res or terms or accel is not None or ray is not _PLAIN_RAY:  # plain requirements keep their old key
+            key += (res, tuple((t.key, t.negate, tuple(sorted(t.values))) for t in terms), accel, ray)
         s(self, "class_key", key)
         cid = _CLASS_IDS.get(key)
         if cid is None:
@@ -286,14 +323,29 @@ class Requirement:
         return (_rebuild, (self.as_kwargs(),))
 
     def as_kwargs(self) -> dict[str, Any]:
-        """The constructor arguments that rebuild this requirement."""
-        return {
+        """The constructor arguments that rebuild this requirement (plain values: a job's row keeps them
+        as JSON; ``ray`` as its decorator arguments, whose ``retry_exceptions`` types only pickle)."""
+        out: dict[str, Any] = {
             "min_tier": self.min_tier.value, "floor": self.floor.value, "fallback": self.fallback,
             "num_cpus": self.num_cpus, "memory_mib": self.memory_mib, "num_cores": self.num_cores,
             "num_gpus": self.num_gpus, "gpu_model": self.gpu_model, "capabilities": tuple(sorted(self.capabilities)),
             "ports": self.ports, "pool": self.pool, "prefer": self.prefer, "exclusive": self.exclusive,
             "payload_size": self.payload_size, "when_full": self.when_full, "scale": self.scale,
         }
+        # Ray's terms only where given: a plain requirement's arguments (and the rows kept of them) stay as they were.
+        if self.resources:
+            out["resources"] = dict(self.resources)
+        if self.label_selector:
+            out["label_selector"] = self.selector_dict()
+        if self.accelerator_type is not None:
+            out["accelerator_type"] = self.accelerator_type
+        if self.ray is not _PLAIN_RAY:
+            out["ray"] = self.ray.as_kwargs()
+        return out
+
+    def selector_dict(self) -> dict[str, str]:
+        """``label_selector`` as Ray writes it."""
+        return {t.key: t.ray_value() for t in self.label_selector}
 
     def with_payload(self, payload_size: int) -> "Requirement":
         """The same requirement for a call carrying ``payload_size`` bytes, without validating
@@ -328,6 +380,14 @@ class Requirement:
             parts.append(f"capabilities={tuple(sorted(self.capabilities))!r}")
         if self.ports:
             parts.append(f"ports={self.ports!r}")
+        if self.resources:
+            parts.append(f"resources={dict(self.resources)!r}")
+        if self.label_selector:
+            parts.append(f"label_selector={self.selector_dict()!r}")
+        if self.accelerator_type is not None:
+            parts.append(f"accelerator_type={self.accelerator_type!r}")
+        if self.ray is not _PLAIN_RAY:
+            parts.append(f"ray={self.ray.as_kwargs()!r}")
         return f"Requirement({', '.join(parts)})"
 
     # -- derived ------------------------------------------------------------------------------
@@ -368,6 +428,10 @@ class Requirement:
         if self.pool is not None and all(p.name != self.pool for p in settings.pools):
             raise RequirementError("pool", f"unknown pool {shown(self.pool)}; pools: {sorted(p.name for p in settings.pools)}", self.pool)
         return self
+
+
+_PLAIN_RAY = RayCallOptions()
+_RAY_KWARGS = frozenset({"runtime_env", "num_returns", "retry_exceptions", "max_concurrency", "max_task_retries"})
 
 
 def _check_payload(payload_size: Any) -> None:

@@ -107,10 +107,39 @@ def random_record(rnd: random.Random, i: int) -> NodeRecord:
         pool=rnd.choice(("default", "default", "default", "edge", "nowhere")),
         pool_tier=rnd.choice(("fixed", "fixed", "burst", None)),
         launching=rnd.random() < 0.1,
+        **_random_ray_terms(random.Random(hash(rnd.getstate()))),
     )
 
 
+RACKS = ("r1", "r2", "r3")
+RESOURCES = ("x", "y")
+ACCELERATORS = ("A100", "T4")
+
+
+def _random_ray_terms(extra: random.Random) -> dict:
+    """A node's Ray labels and custom resources, drawn from their own generator (``extra``) so
+    that the fleets drawn before they existed stay the same."""
+    labels = {"rack": extra.choice(RACKS)} if extra.random() < 0.7 else {}
+    resources = {r: float(extra.choice((0.5, 1, 2))) for r in RESOURCES if extra.random() < 0.3}
+    if extra.random() < 0.3:
+        resources[f"accelerator_type:{extra.choice(ACCELERATORS)}"] = 1.0
+    return {"ray_labels": labels, "ray_resources": resources}
+
+
+def _random_ray_asks(extra: random.Random) -> dict:
+    """A requirement's Ray terms (``resources``, ``label_selector``, ``accelerator_type``), mostly none."""
+    out: dict = {}
+    if extra.random() < 0.15:
+        out["resources"] = {extra.choice(RESOURCES): extra.choice((0.5, 1, 2))}
+    if extra.random() < 0.1:
+        out["accelerator_type"] = extra.choice(ACCELERATORS)
+    if extra.random() < 0.2:
+        out["label_selector"] = {"rack": extra.choice(("r1", "!r2", "in(r1,r3)", "!in(r1,r2)"))}
+    return out
+
+
 def random_requirement(rnd: random.Random) -> Requirement:
+    extra = random.Random(hash(rnd.getstate()))
     ranks = sorted(rnd.sample(range(11), 2))
     hard = rnd.random() < 0.2
     gpus = rnd.choice((0, 0, 0, 0.25, 0.5, 1, 2))
@@ -122,6 +151,7 @@ def random_requirement(rnd: random.Random) -> Requirement:
         pool=rnd.choice((None, None, "default", "edge")), prefer=rnd.choice(("highest", "highest", "lowest")),
         exclusive=rnd.random() < 0.1, when_full=rnd.choice(("spill", "spill", "wait")),
         scale=rnd.choice(("degrade_first", "provision_first")),
+        **_random_ray_asks(extra),
     )
 
 

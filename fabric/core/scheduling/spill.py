@@ -25,9 +25,12 @@ def spill_target(fleet: FleetView, settings: FabricSettings, outsiders: Mapping[
     """A Ray label selector for the nodes inside ``req``'s floor (its best level only, for
     ``when_full="wait"``) that may take new work now, and the node of them the engine's tier
     preference ranks first (node id breaks ties). (None, None) when there is no such node or
-    ``req`` needs more than labels can say (ports, exclusivity, GPUs, capability tags, another pool).
+    ``req`` needs more than labels can say (ports, exclusivity, GPUs, capability tags, another pool,
+    Ray custom resources, an accelerator type or a label selector of its own).
     ``outsiders``: raylets Ray runs with a tier label that the fleet does not hold."""
     if req.ports or req.exclusive or req.num_gpus or req.capabilities or req.num_cores or req.gpu_model:
+        return None, None
+    if req.resources or req.label_selector or req.accelerator_type is not None:
         return None, None
     if req.pool is not None and req.pool != fleet.default_pool:
         return None, None
