@@ -220,8 +220,9 @@ class InstanceLauncher:
             "name": names.job_actor_name(job_id, instance_key), "namespace": self.namespace, "lifetime": "detached",
             "max_restarts": 0, "max_task_retries": 0,
             "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
-            "resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus,
+            "resources": {names.SLOTS_RESOURCE: 1, **dict(req.resources)}, "num_cpus": req.num_cpus,
         }
+        opts.update(actor_options(req))
         if req.memory_mib:
             opts["memory"] = int(req.memory_mib * 1024 * 1024)
         if gpus:
@@ -264,6 +265,23 @@ class InstanceLauncher:
         if isinstance(exc, ray.exceptions.RayActorError):
             return True, bool(getattr(exc, "preempted", False)), _first_line(exc)
         return True, False, f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def actor_options(req: Any) -> dict[str, Any]:
+    """Ray's own actor options a job's class was decorated with (``Requirement.ray``,
+    ``accelerator_type``): passed to its instance's actor as they are. Its ``label_selector`` is
+    not: the instance is pinned to a node the placement engine found matching it."""
+    ray_opts = req.ray
+    out: dict[str, Any] = {}
+    if ray_opts.max_concurrency is not None:
+        out["max_concurrency"] = ray_opts.max_concurrency
+    if ray_opts.max_task_retries is not None:
+        out["max_task_retries"] = ray_opts.max_task_retries
+    if ray_opts.runtime_env_json is not None:
+        out["runtime_env"] = ray_opts.runtime_env
+    if req.accelerator_type is not None:
+        out["accelerator_type"] = req.accelerator_type
+    return out
 
 
 def _first_line(exc: BaseException) -> str:

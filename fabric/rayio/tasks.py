@@ -3,7 +3,9 @@
 The driver (``fabric.runtime.dispatch``) and the dispatcher actor (``actors.dispatcher``) both
 submit calls through a ``CallPlan``, so a call carries the same options whichever path it takes:
 one ``fabric.slots``, its CPUs, memory and GPUs, a soft pin to its node and a label selector that
-keeps a retry inside its floor.
+keeps a retry inside its floor; and Ray's own options the call was decorated with (its custom
+``resources``, ``accelerator_type``, its ``label_selector`` merged with the fabric's, ``runtime_env``,
+``num_returns``, ``retry_exceptions``), so Ray holds a retry to them too.
 
 A plan is built once per function, requirement class, retries and name, and builds each set of
 Ray options once per node (or spill target), the first time a call needs it: a call looks its
@@ -13,6 +15,7 @@ function (``FunctionRemotes``), shared by every class the function is called wit
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -38,13 +41,32 @@ def tier_selector(req: "Requirement") -> dict[str, str]:
     return {names.TIER_LABEL: f"in({','.join(tiers)})"}
 
 
+def merged_selector(fabric: dict[str, str], req: "Requirement") -> dict[str, str]:
+    """The fabric's label selector ``fabric`` joined with the requirement's own (``label_selector``):
+    on ``fabric.io/tier``, where both say something, the tiers both admit (the requirement refuses a
+    selector that admits none at or above its floor); on any other key the requirement's term."""
+    if not req.label_selector:
+        return fabric
+    out = dict(fabric)
+    for term in req.label_selector:
+        ours = out.get(term.key)
+        if term.key == names.TIER_LABEL and ours is not None and ours.startswith("in(") and ours.endswith(")"):
+            both = [t for t in ours[3:-1].split(",") if term.matches({names.TIER_LABEL: t})]
+            out[term.key] = f"in({','.join(both)})" if both else term.ray_value()
+        else:
+            out[term.key] = term.ray_value()
+    return out
+
+
 def base_options(req: "Requirement", max_retries: int, name: str, gpus: float = 0.0) -> dict[str, Any]:
     """The Ray options every call of ``req`` carries, whichever path it takes: one ``fabric.slots``
     (so Ray never runs more calls on a node than its slots), its CPUs and memory, and ``gpus``:
     the GPUs the scheduler says to ask Ray for on the chosen node (``SchedulerCore.ray_gpus``), so
     Ray reserves those devices (never double-books one) and sets the call's ``CUDA_VISIBLE_DEVICES``."""
-    opts: dict[str, Any] = {"resources": {names.SLOTS_RESOURCE: 1}, "num_cpus": req.num_cpus,
-                            "max_retries": max_retries, "retry_exceptions": False, "name": name}
+    opts: dict[str, Any] = {"resources": {names.SLOTS_RESOURCE: 1, **dict(req.resources)}, "num_cpus": req.num_cpus,
+                            "max_retries": max_retries, "name": name, **req.ray.task_options()}
+    if req.accelerator_type is not None:
+        opts["accelerator_type"] = req.accelerator_type
     if req.memory_mib:
         opts["memory"] = int(req.memory_mib * 1024 * 1024)
     if gpus:
@@ -55,7 +77,7 @@ def base_options(req: "Requirement", max_retries: int, name: str, gpus: float = 
 def node_options(node_id: str, req: "Requirement", max_retries: int, name: str, gpus: float = 0.0) -> dict[str, Any]:
     """Ray options for a call on ``node_id``: softly pinned there, a retry kept inside the floor."""
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=True),
-            "label_selector": tier_selector(req), **base_options(req, max_retries, name, gpus)}
+            "label_selector": merged_selector(tier_selector(req), req), **base_options(req, max_retries, name, gpus)}
 
 
 def spill_options(selector: dict[str, str], via: str | None, req: "Requirement", max_retries: int,
@@ -66,7 +88,7 @@ def spill_options(selector: dict[str, str], via: str | None, req: "Requirement",
     node inside the floor frees a slot first."""
     strategy = {} if via is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(via, soft=True,
                                                                                              _spill_on_unavailable=True)}
-    return {"label_selector": dict(selector), **strategy, **base_options(req, max_retries, name)}
+    return {"label_selector": merged_selector(dict(selector), req), **strategy, **base_options(req, max_retries, name)}
 
 
 class FunctionRemotes:
@@ -159,7 +181,8 @@ class CallPlan:
         """Hand a call that found no capacity to the dispatcher actor, which waits in the
         scheduler's deferred queue and runs it (its ObjectRef is the method's result)."""
         if self._queued is None or self._queued[0] is not dispatcher:
-            self._queued = (dispatcher, dispatcher.run.options(name=f"{self.name} (queued)"))
+            self._queued = (dispatcher, dispatcher.run.options(name=f"{self.name} (queued)",
+                                                               num_returns=self.req.ray.num_returns))
         blob, digest = self.remotes.blob()
         return self._queued[1].remote(request_id, digest, blob, self.req, args, kwargs, priority, queue_timeout_s,
                                       self.max_retries, self.name)
@@ -167,8 +190,9 @@ class CallPlan:
 
 def launch(fn: Callable, cache: dict, assignment: NodeAssignment, req: "Requirement", args: tuple, kwargs: dict,
            max_retries: int, name: str):
-    """Submit one call to its assigned node; returns the task's ObjectRef. ``cache``: a dict kept
-    with ``fn`` by the caller, where its plans are built once."""
+    """Submit one call to its assigned node; returns the task's ObjectRef (for ``num_returns`` N > 1,
+    an awaitable of its N results: the dispatcher's method, run with ``num_returns`` N, returns them).
+    ``cache``: a dict kept with ``fn`` by the caller, where its plans are built once."""
     key = (req.class_id, max_retries, name)
     plan = cache.get(key)
     if plan is None:
@@ -176,4 +200,7 @@ def launch(fn: Callable, cache: dict, assignment: NodeAssignment, req: "Requirem
         if remotes is None:
             remotes = cache["remotes"] = FunctionRemotes(fn)
         plan = cache[key] = CallPlan(remotes, req, max_retries, name)
-    return plan.placed(assignment.node_id, assignment.ray_gpus).remote(assignment.allocation_id, *args, **kwargs)
+    refs = plan.placed(assignment.node_id, assignment.ray_gpus).remote(assignment.allocation_id, *args, **kwargs)
+    if req.ray.num_returns > 1:
+        return asyncio.gather(*refs)
+    return refs

@@ -157,15 +157,21 @@ def submit(fn: Callable, req: "Requirement", opts: "DispatchOptions", name: str,
             if where is SPILL:
                 timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else s.queue_timeout_s
                 ref = lease.spill.remote(time.time() + timeout, *args, **kwargs)
-                st.spilled_call(ref, now)
+                st.spilled_call(_first(ref), now)
                 s.calls.spilled = True
                 return ref
             if where is not None:
                 ref = lease.bound[where].remote(*args, **kwargs)
-                st.started(where, ref)
+                st.started(where, _first(ref))
                 s.calls.count(st.fallback[where], now)
                 return ref
     return submit_placed(s, plan, opts, args, kwargs)
+
+
+def _first(ref: Any) -> Any:
+    """The ObjectRef that stands for a call: with ``num_returns`` N > 1 Ray gives a list of N refs,
+    all ready when the task ends, so the first one says when it ended."""
+    return ref[0] if isinstance(ref, list) else ref
 
 
 def submit_placed(s: "Session", plan: CallPlan, opts: "DispatchOptions", args: tuple, kwargs: dict) -> Any:

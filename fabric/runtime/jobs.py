@@ -86,13 +86,9 @@ class AdaptiveClass(Generic[C]):
 
     def options(self, **overrides: Any) -> AdaptiveClass[C]:
         """A copy with some arguments replaced (validated now), like Ray's ``.options``."""
-        from fabric.runtime.options import build_requirement
+        from fabric.runtime.options import build_requirement, merged_options
 
-        merged = {**self._options, **overrides}
-        if ("operation" in overrides or "min_tier" in overrides) and "floor" not in overrides:
-            merged.pop("floor", None)
-        if "operation" in overrides and "min_tier" not in overrides:
-            merged.pop("min_tier", None)
+        merged = merged_options(self._options, overrides)
         unknown_for_jobs(merged)
         req = build_requirement({k: v for k, v in merged.items() if k not in JOB_ARGS})
         clone = AdaptiveClass(self._cls, job_spec(self._cls, req, merged), merged)
@@ -140,6 +136,11 @@ def unknown_for_jobs(options: dict[str, Any]) -> None:
         if k in options:
             raise RequirementError(k, "is a task argument; a job class takes "
                                       f"{', '.join(sorted(JOB_ARGS))} besides its requirement", options[k])
+    for k in ("num_returns", "retry_exceptions"):
+        if k in options:
+            raise RequirementError(k, "is a Ray task option; a job's methods return one value each, and a failed "
+                                      "method call is not retried (a job class takes max_concurrency and max_task_retries)",
+                                   options[k])
 
 
 class JobMethod:

@@ -1,6 +1,13 @@
 """What an ``@adaptive.remote`` call asks for and how it is carried out: the ``Requirement`` built
 from the decorator's arguments and the ``DispatchOptions``, both checked when decorating (a typo
-fails then, not at call time). Kept apart from ``fabric.runtime.client`` so that dispatch and jobs,
+fails then, not at call time).
+
+Ray's own option names are accepted for what they mean in Ray (``docs/ray-options.md`` maps every
+one): ``memory`` (bytes), ``resources``, ``accelerator_type`` and ``label_selector`` join the
+requirement (placement filters); ``runtime_env``, ``num_returns``, ``retry_exceptions`` and, on a
+class, ``max_concurrency`` and ``max_task_retries`` travel in it to Ray as they are
+(``Requirement.ray``). Ray options whose decision the fabric owns are refused with the fabric's
+option named (``RAY_REFUSED``). Kept apart from ``fabric.runtime.client`` so that dispatch and jobs,
 which the client imports, can import these without importing the client back.
 """
 
@@ -11,21 +18,51 @@ from typing import Any
 
 from fabric.core.errors import RequirementError
 from fabric.core.placement import Requirement
-from fabric.core.placement.requirement import MAX_NAME, shown
+from fabric.core.placement.ray_terms import ray_call_options
+from fabric.core.placement.requirement import MAX_AMOUNT, MAX_NAME, shown
 from fabric.core.scheduling.messages import MAX_SECONDS, read_priority, read_timeout
 from fabric.core.settings import FabricSettings
 from fabric.runtime.session import settings_in_force
 
-__all__ = ["DispatchOptions", "MAX_QUEUE_TIMEOUT_S", "build_dispatch_options", "build_requirement"]
+__all__ = ["ACTOR_ONLY_ARGS", "DispatchOptions", "MAX_QUEUE_TIMEOUT_S", "RAY_REFUSED", "build_dispatch_options",
+           "build_requirement", "merged_options", "refuse_ray_option"]
 
 #: Decorator arguments that build the ``Requirement``.
 _REQUIREMENT_ARGS = frozenset({
     "min_tier", "floor", "fallback", "num_cpus", "memory_mib", "num_cores", "num_gpus", "gpu_model",
     "capabilities", "ports", "pool", "prefer", "exclusive", "payload_size", "when_full", "scale",
+    "resources", "label_selector", "accelerator_type",
 })
+#: Ray's ``memory`` (bytes): the requirement's ``memory_mib`` in Ray's unit.
+_MEMORY_BYTES = "memory"
+#: Ray options passed to Ray as they are (``Requirement.ray``).
+_RAY_CALL_ARGS = frozenset({"runtime_env", "num_returns", "retry_exceptions", "max_concurrency", "max_task_retries"})
+#: Ray actor options: they apply to a decorated class (a job), not to a function.
+ACTOR_ONLY_ARGS = frozenset({"max_concurrency", "max_task_retries"})
+_BUNDLES = ("the fabric places every call itself: say where work may go with min_tier/floor (and pool, "
+            "capabilities, resources, label_selector); for gang placement submit a bundle (fabric.Bundle, docs/jobs.md)")
+_DETACHED = ("a decorated class is a fabric job: it is already detached (it outlives its caller) and named by the fabric "
+             "(name=... is its job name); look a job up with the fabric handle's jobs(), not Ray's get_actor")
+#: Ray options the fabric refuses, with what to use instead (the error names both).
+RAY_REFUSED: dict[str, str] = {
+    "scheduling_strategy": _BUNDLES,
+    "placement_group": _BUNDLES,
+    "placement_group_bundle_index": _BUNDLES,
+    "placement_group_capture_child_tasks": _BUNDLES,
+    "max_restarts": "the fabric restarts a job itself: use max_restarts_per_hour and on_runtime_failure on the class",
+    "lifetime": _DETACHED,
+    "get_if_exists": _DETACHED,
+    "namespace": "jobs live in the fabric's own namespace; name=... names the job, and the fabric handle's jobs() finds it",
+    "object_store_memory": "not supported: Ray itself only accepts it for actors; the object store is sized per node when it joins",
+    "concurrency_groups": "not supported yet: use max_concurrency on the class",
+    "_metadata": "not supported: Ray's private option",
+    "fallback_strategy": "the fabric degrades itself: use min_tier with floor (and fallback) to say how far",
+    "enable_task_events": "not supported: the fabric keeps Ray's default",
+    "_labels": "not supported: Ray's private option",
+}
 #: Decorator arguments that say how the call is carried out.
 _DISPATCH_ARGS = frozenset({"on_no_capacity", "queue_timeout_s", "max_retries", "priority", "name"})
-_ALL_ARGS = _REQUIREMENT_ARGS | _DISPATCH_ARGS | {"operation"}
+_ALL_ARGS = _REQUIREMENT_ARGS | _DISPATCH_ARGS | _RAY_CALL_ARGS | {"operation", _MEMORY_BYTES}
 #: Longest queue wait one may ask for (about 31 years): past it a number is a mistake, and an
 #: int past 1e308 would overflow the float arithmetic of the deadline. The scheduler's bound
 #: (``wait_for_placement``'s ``timeout_s``, read by ``fabric.core.scheduling.messages.read_timeout``).
@@ -71,11 +108,18 @@ def build_requirement(options: dict[str, Any], settings: FabricSettings | None =
     checked against ``settings`` (default: those ``fabric.up`` handed to this process's session
     with the fabric, else the defaults)."""
     settings = settings if settings is not None else settings_in_force()
+    for key in sorted(options):
+        refuse_ray_option(key, options[key])
     unknown = sorted(set(options) - _ALL_ARGS)
     if unknown:
         raise RequirementError(unknown[0][:MAX_NAME], f"unknown argument; valid arguments: {', '.join(sorted(_ALL_ARGS))}",
                                options[unknown[0]])
     req_kwargs = {k: v for k, v in options.items() if k in _REQUIREMENT_ARGS}
+    if _MEMORY_BYTES in options:
+        req_kwargs["memory_mib"] = _memory_mib(options[_MEMORY_BYTES], "memory_mib" in options)
+    ray = ray_call_options(**{k: v for k, v in options.items() if k in _RAY_CALL_ARGS})
+    if not ray.plain:
+        req_kwargs["ray"] = ray
     operation = options.get("operation")
     if operation is not None:
         if not isinstance(operation, str):
@@ -85,6 +129,43 @@ def build_requirement(options: dict[str, Any], settings: FabricSettings | None =
         raise RequirementError("min_tier", "say what the work needs: min_tier=... or operation=...", None)
     req = Requirement(**req_kwargs)
     return req.validate_against(settings) if settings is not None else req
+
+
+def refuse_ray_option(key: str, value: Any) -> None:
+    """``RequirementError`` naming ``key`` and the fabric's option when ``key`` is a Ray option the
+    fabric refuses (``RAY_REFUSED``)."""
+    why = RAY_REFUSED.get(key)
+    if why is not None:
+        raise RequirementError(key, f"Ray's {key} is not taken by @adaptive.remote: {why}", value)
+
+
+def _memory_mib(value: Any, with_mib: bool) -> float:
+    """Ray's ``memory`` (bytes) as MiB; refused next to ``memory_mib`` (one amount, one name)."""
+    if with_mib:
+        raise RequirementError("memory", "give memory (bytes, Ray's meaning) or memory_mib (MiB), not both", value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 \
+            or value > MAX_AMOUNT * (1 << 20):
+        raise RequirementError("memory", f"must be a number of bytes (Ray's meaning), got {shown(value)}", value)
+    return float(value) / (1 << 20)
+
+
+def merged_options(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` applied as ``.options(...)`` applies them: a new preset or tier
+    drops the old floor (and a new preset the old tier); ``memory`` replaces ``memory_mib`` and
+    the other way round (one amount under two names)."""
+    merged = dict(base)
+    if "operation" in overrides or "min_tier" in overrides:
+        # A new preset or tier: the old floor/fallback no longer follow from it.
+        if "floor" not in overrides:
+            merged.pop("floor", None)
+        if "operation" in overrides and "min_tier" not in overrides:
+            merged.pop("min_tier", None)
+    if "memory" in overrides and "memory_mib" not in overrides:
+        merged.pop("memory_mib", None)
+    if "memory_mib" in overrides and "memory" not in overrides:
+        merged.pop("memory", None)
+    merged.update(overrides)
+    return merged
 
 
 def build_dispatch_options(options: dict[str, Any], base: DispatchOptions | None = None) -> DispatchOptions:
