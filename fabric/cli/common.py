@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.api.client import ApiClient
 
-__all__ = ["ADDRESS_HELP", "API_HELP", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "address_parent", "api_address",
-           "api_parent", "bad_address", "json_parent", "run_over_api"]
+__all__ = ["ADDRESS_HELP", "API_HELP", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "TOKEN_HELP", "address_parent", "api_address",
+           "api_parent", "bad_address", "json_parent", "remote_parents", "run_over_api"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -113,4 +113,8 @@ def run_over_api(args: argparse.Namespace, command: str, body: Callable[["ApiCli
             return EXIT_USAGE
         except ApiError as exc:
             print(f"fabric {command}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        except (ValueError, KeyError) as exc:  # an answer that does not read as its type: another fabric version?
+            print(f"fabric {command}: the operator API at {address} answered what this client cannot read "
+                  f"({type(exc).__name__}: {exc}); is it the same fabric version?", file=sys.stderr)
             return EXIT_FAILED

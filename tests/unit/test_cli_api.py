@@ -180,3 +180,16 @@ def test_the_api_path_never_imports_ray(served: Served) -> None:
     # the drain is still waiting when --wait-timeout passes: 1; every other command 0
     assert report["codes"] == {**{k: 0 for k in report["codes"]}, "drain alpha --wait --wait-timeout 0.3": 1}
     assert len(report["codes"]) == 11
+
+
+def test_an_answer_that_does_not_read_is_one_line_and_exit_1(api: str, monkeypatch: pytest.MonkeyPatch,
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    from fabric.api import readers
+
+    def unreadable(message: object) -> object:
+        raise ValueError("Node.record_json: not a JSON object")
+
+    monkeypatch.setattr(readers, "node_record", unreadable)
+    assert main(["nodes", "--api", api]) == EXIT_FAILED
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "answered what this client cannot read" in err and "not a JSON object" in err
