@@ -67,12 +67,16 @@ def remote_parents(json_help: str | None = None) -> list[argparse.ArgumentParser
 
 
 def api_address(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> str | None:
-    """The operator API's address this command goes through: ``--api``, else ``FABRIC_API``; None: Ray."""
+    """The operator API's address this command goes through: ``--api``, else ``FABRIC_API`` unless
+    ``--address`` names a cluster; None: through Ray."""
     from fabric.api.client import API_ENV
 
     env = os.environ if env is None else env
-    given = getattr(args, "api", None) or (env.get(API_ENV) or "").strip()
-    return given or None
+    if getattr(args, "api", None):
+        return str(args.api)
+    if getattr(args, "address", "auto") not in (None, "auto"):
+        return None
+    return (env.get(API_ENV) or "").strip() or None
 
 
 def bad_address(address: str, command: str, flag: str = "--address") -> bool:

@@ -86,6 +86,17 @@ def test_fabric_api_names_the_api_when_api_is_not_given(served: Served, monkeypa
     assert [r["name"] for r in json.loads(capfd.readouterr().out)] == ["alpha", "beta"]
 
 
+def test_api_wins_and_fabric_api_yields_to_an_explicit_address() -> None:
+    from fabric.cli.common import api_address
+
+    p = build_parser()
+    env = {"FABRIC_API": "10.0.0.9:7000"}
+    assert api_address(p.parse_args(["jobs"]), env) == "10.0.0.9:7000"
+    assert api_address(p.parse_args(["jobs", "--address", "10.0.0.5:6379"]), env) is None
+    assert api_address(p.parse_args(["jobs", "--api", "h:1", "--address", "10.0.0.5:6379"]), env) == "h:1"
+    assert api_address(p.parse_args(["jobs"]), {}) is None
+
+
 # -- the commands over the API ---------------------------------------------------------------------------
 def test_the_commands_print_what_the_scheduler_answers(api: str, capfd: pytest.CaptureFixture[str]) -> None:
     assert main(["nodes", "--api", api, "--json"]) == EXIT_OK
