@@ -53,12 +53,19 @@ RAY_REFUSED: dict[str, str] = {
     "lifetime": _DETACHED,
     "get_if_exists": _DETACHED,
     "namespace": "jobs live in the fabric's own namespace; name=... names the job, and the fabric handle's jobs() finds it",
-    "object_store_memory": "not supported: Ray itself only accepts it for actors; the object store is sized per node when it joins",
+    "object_store_memory": "not supported: the object store is sized per node when it joins",
     "concurrency_groups": "not supported yet: use max_concurrency on the class",
     "_metadata": "not supported: Ray's private option",
     "fallback_strategy": "the fabric degrades itself: use min_tier with floor (and fallback) to say how far",
     "enable_task_events": "not supported: the fabric keeps Ray's default",
     "_labels": "not supported: Ray's private option",
+    "max_calls": "not supported yet: Ray's workers run the fabric's calls as Ray reuses them",
+    "_generator_backpressure_num_objects": "not supported yet: generator tasks (num_returns='streaming') are not",
+    "_num_objects_per_yield": "not supported yet: generator tasks (num_returns='streaming') are not",
+    "_actor_generator_backpressure_num_objects": "not supported yet: generator methods are not",
+    "allow_out_of_order_execution": "not supported yet on a job's actor: use max_concurrency",
+    "max_pending_calls": "not supported yet on a job's actor",
+    "enable_tensor_transport": "not supported yet on a job's actor",
 }
 #: Decorator arguments that say how the call is carried out.
 _DISPATCH_ARGS = frozenset({"on_no_capacity", "queue_timeout_s", "max_retries", "priority", "name"})

@@ -290,3 +290,17 @@ def test_a_jobs_ray_options_survive_its_durable_row():
     assert set(requirement_row(Requirement("cpu_ffmpeg"))) == {  # a plain requirement's row is as it was
         "min_tier", "floor", "fallback", "num_cpus", "memory_mib", "num_cores", "num_gpus", "gpu_model", "capabilities",
         "ports", "pool", "prefer", "exclusive", "payload_size", "when_full", "scale"}
+
+
+def test_every_option_of_ray_remote_is_taken_or_refused_with_a_pointer_and_is_in_the_docs_table():
+    from pathlib import Path
+
+    options = pytest.importorskip("ray._common.ray_option_utils")
+    table = (Path(__file__).resolve().parents[2] / "docs" / "ray-options.md").read_text()
+    for key in sorted(set(options.task_options) | set(options.actor_options)):
+        assert f"`{key}`" in table, f"docs/ray-options.md does not map Ray's {key}"
+        for target in (f, Job):
+            try:
+                adaptive.remote(min_tier="relay", **{key: None})(target)
+            except RequirementError as exc:
+                assert "unknown argument" not in str(exc), f"Ray's {key} is refused without saying what to use"
