@@ -10,6 +10,7 @@ code that renders one that came through Ray: ``NodeRecord`` (``Node.record_json`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -28,9 +29,8 @@ from fabric.core.tiers import ComputeTier
 __all__ = ["drain_state", "event", "interruption_state", "job_status", "json_object", "migration_state", "node_record", "settings"]
 
 _SETS = ("ports", "jobs", "spare_reserved_for", "warm")
-_PLAIN = ("utilization", "running", "last_seen", "cordoned", "flap_held", "unhealthy", "max_concurrent_tasks",
-          "utilization_cap", "reserved_cpus", "reserved_memory_mib", "exclusive_job", "spare", "spare_exclusive", "zone",
-          "cloud", "pool", "pool_tier", "launching", "instance_id", "provider")
+"""``NodeRecord`` fields that are frozensets (JSON lists on the wire)."""
+_READ_HERE = ("node_id", "name", "capabilities", "status", "tier", "label_tier", "gpu_reserved", *_SETS)
 
 
 def json_object(text: str, what: str) -> dict[str, Any]:
@@ -49,9 +49,11 @@ def _tier(value: Any) -> ComputeTier | None:
 
 
 def node_record(message: pb.Node) -> NodeRecord:
-    """The ``NodeRecord`` a ``Node`` carries whole in ``record_json``."""
+    """The ``NodeRecord`` a ``Node`` carries whole in ``record_json``: the fields with a type of their
+    own read as that type, every other field (numbers, text, flags, mappings) as it came."""
     d = json_object(message.record_json, "Node.record_json")
-    kwargs: dict[str, Any] = {k: d[k] for k in _PLAIN if k in d}
+    names = {f.name for f in dataclasses.fields(NodeRecord) if f.init and not f.name.startswith("_")}
+    kwargs: dict[str, Any] = {k: v for k, v in d.items() if k in names and k not in _READ_HERE}
     kwargs.update({k: frozenset(d[k]) for k in _SETS if d.get(k) is not None})
     if d.get("gpu_reserved") is not None:
         kwargs["gpu_reserved"] = tuple(float(x) for x in d["gpu_reserved"])

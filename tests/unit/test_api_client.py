@@ -32,7 +32,8 @@ TOKEN = "k" * 43
 CAPS = node_capabilities("cpu", 8, 16384, gpus=0)
 NODES = [NodeRecord(node_id="n1" * 8, name="alpha", capabilities=CAPS, cordoned=True, running=2, last_seen=100.5,
                     jobs=frozenset({"j1"}), pool="edge", pool_tier="fixed", utilization=0.25, tier=ComputeTier.CPU_FFMPEG),
-         NodeRecord(node_id="n2" * 8, name="beta", capabilities=CAPS, ports=frozenset({"1935/tcp"}), spare=True)]
+         NodeRecord(node_id="n2" * 8, name="beta", capabilities=CAPS, ports=frozenset({"1935/tcp"}), spare=True,
+                    ray_labels={"fabric.io/zone": "z1"}, ray_resources={"CPU": 8.0, "fabric.slots": 4.0})]
 JOBS = [JobStatus("j1", "enc", JobState.RUNNING, "b1", 1, Binding("n1" * 8, "enc-1", 7), 2, "",
                   ((10.0, "pending", ""), (11.0, "running", "placed"))),
         JobStatus("j2", "idle", JobState.PENDING)]
@@ -150,6 +151,7 @@ def test_nodes_come_back_as_the_records_the_scheduler_holds(served: Served) -> N
             for r in got] == [(r.node_id, r.name, r.cordoned, r.running, r.last_seen, r.jobs, r.pool, r.pool_tier,
                                r.utilization, r.tier) for r in NODES]
     assert got[1].ports == frozenset({"1935/tcp"}) and got[1].spare and got[0].capabilities == CAPS
+    assert got[1].ray_labels == {"fabric.io/zone": "z1"} and got[1].ray_resources == {"CPU": 8.0, "fabric.slots": 4.0}
     assert all(isinstance(r, NodeRecord) for r in got)
 
 
