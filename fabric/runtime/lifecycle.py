@@ -34,12 +34,19 @@ from fabric.runtime import session as sessions
 __all__ = ["bring_up", "connected", "down", "live_list", "running_calls", "start_actor", "start_reconcilers"]
 
 _HEAD = {HEAD_RESOURCE: 0.001}
+SCHEDULER_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
+"""The scheduler's process is the parent of the nodes the ``local`` provider starts, and Ray kills a
+worker's child processes when the worker exits (``ray.kill`` included). Without that, those nodes
+end only when a provider terminates them (``down()``, scaling): they outlive a scheduler that is
+stopped by ``down(keep_nodes=True)`` or that crashed, and the next scheduler adopts them."""
 
 
-def start_actor(driver: Any, actor_class: Any, name: str, *args: Any) -> Any:
-    """Get or create one of the fabric's actors: detached, restarted on failure, on the head."""
+def start_actor(driver: Any, actor_class: Any, name: str, *args: Any, env: dict[str, str] | None = None) -> Any:
+    """Get or create one of the fabric's actors: detached, restarted on failure, on the head
+    (``env``: environment variables of its process)."""
+    extra: dict[str, Any] = {"runtime_env": {"env_vars": dict(env)}} if env else {}
     return driver.start_actor(actor_class, name, *args, lifetime="detached", num_cpus=0, resources=dict(_HEAD),
-                              max_restarts=-1, max_task_retries=-1)
+                              max_restarts=-1, max_task_retries=-1, **extra)
 
 
 def start_reconcilers(driver: Any, settings: FabricSettings, pools: Iterable[str]) -> list[Any]:
@@ -88,7 +95,7 @@ def bring_up(settings: FabricSettings | dict | None = None, *, scheduler: bool =
         from actors.dispatcher import DispatcherActor
         from actors.scheduler import SchedulerActor
 
-        start_actor(driver, SchedulerActor, SCHEDULER, as_dict)
+        start_actor(driver, SchedulerActor, SCHEDULER, as_dict, env=SCHEDULER_ENV)
         start_actor(driver, DispatcherActor, DISPATCHER)
         reconcilers = start_reconcilers(driver, settings, [e.pool for e in live_list(driver, registry, settings, timeout_s)])
         waits += [r.ping.remote() for r in reconcilers]

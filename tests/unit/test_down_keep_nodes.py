@@ -103,3 +103,23 @@ def test_down_help_says_what_it_does_and_what_keep_nodes_keeps(capsys):
     assert "(not Ray)" not in text
     assert "terminate the nodes its providers started" in text and "--keep-nodes" in text
     assert "leave the nodes the fabric's providers started running" in text
+
+
+class OptionsDriver:
+    def __init__(self) -> None:
+        self.options: dict[str, object] = {}
+
+    def start_actor(self, actor_class: object, name: str, *args: object, **options: object) -> str:
+        self.options = options
+        return name
+
+
+def test_the_scheduler_s_process_keeps_its_child_processes_when_it_exits():
+    # the local provider's nodes are the scheduler's children: Ray would kill them with it
+    assert lifecycle.SCHEDULER_ENV == {"RAY_kill_child_processes_on_worker_exit": "0"}
+    d = OptionsDriver()
+    lifecycle.start_actor(d, object, SCHEDULER, {}, env=lifecycle.SCHEDULER_ENV)
+    assert d.options["runtime_env"] == {"env_vars": {"RAY_kill_child_processes_on_worker_exit": "0"}}
+    assert d.options["lifetime"] == "detached" and d.options["max_restarts"] == -1
+    lifecycle.start_actor(d, object, REGISTRY, None)
+    assert "runtime_env" not in d.options  # the other actors start as before
