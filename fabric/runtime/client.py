@@ -25,9 +25,10 @@ import functools
 from typing import TYPE_CHECKING, Any, Callable, Generic, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
 from fabric.core.errors import RequirementError
+from fabric.core.placement.ray_terms import refuse_actor_options
 from fabric.core.settings import FabricSettings
 from fabric.runtime.options import (  # re-exported: the decorator's arguments are checked there
-    ACTOR_ONLY_ARGS, MAX_QUEUE_TIMEOUT_S, DispatchOptions, build_dispatch_options, build_requirement, merged_options,
+    MAX_QUEUE_TIMEOUT_S, DispatchOptions, build_dispatch_options, build_requirement, merged_options,
 )
 
 if TYPE_CHECKING:
@@ -43,14 +44,6 @@ R = TypeVar("R")
 C = TypeVar("C")
 
 
-def _no_actor_args(options: dict[str, Any]) -> None:
-    """Ray's actor options (``max_concurrency``, ``max_task_retries``) on a function: refused."""
-    actor_only = sorted(set(options) & ACTOR_ONLY_ARGS)
-    if actor_only:
-        raise RequirementError(actor_only[0], "is a Ray actor option: it applies to a decorated class (a job), not a function",
-                               options[actor_only[0]])
-
-
 def _task_name(fn: Callable[..., object], dispatch: DispatchOptions) -> str:
     return dispatch.name or str(getattr(fn, "__qualname__", getattr(fn, "__name__", "adaptive_task")))
 
@@ -62,7 +55,7 @@ class AdaptiveFunction(Generic[P, R]):
     def __init__(self, fn: Callable[P, R], options: dict[str, Any], settings: FabricSettings | None = None) -> None:
         if not callable(fn):
             raise RequirementError("function", "@adaptive.remote decorates a function", fn)
-        _no_actor_args(options)
+        refuse_actor_options(options)
         self._fn = fn
         self._options = dict(options)
         self.requirement = build_requirement(self._options, settings)
@@ -82,7 +75,7 @@ class AdaptiveFunction(Generic[P, R]):
     def options(self, **overrides: Any) -> AdaptiveFunction[P, R]:
         """A copy with some arguments replaced (validated now), like Ray's ``.options``."""
         merged = merged_options(self._options, overrides)
-        _no_actor_args(merged)
+        refuse_actor_options(merged)
         clone: AdaptiveFunction[P, R] = AdaptiveFunction.__new__(AdaptiveFunction)
         clone._fn = self._fn
         clone._options = merged

@@ -18,7 +18,7 @@ from typing import Any
 
 from fabric.core.errors import RequirementError
 from fabric.core.placement import Requirement
-from fabric.core.placement.ray_terms import ray_call_options
+from fabric.core.placement.ray_terms import ACTOR_ONLY_ARGS, RAY_REFUSED, ray_call_options, refuse_ray_option
 from fabric.core.placement.requirement import MAX_AMOUNT, MAX_NAME, shown
 from fabric.core.scheduling.messages import MAX_SECONDS, read_priority, read_timeout
 from fabric.core.settings import FabricSettings
@@ -37,36 +37,6 @@ _REQUIREMENT_ARGS = frozenset({
 _MEMORY_BYTES = "memory"
 #: Ray options passed to Ray as they are (``Requirement.ray``).
 _RAY_CALL_ARGS = frozenset({"runtime_env", "num_returns", "retry_exceptions", "max_concurrency", "max_task_retries"})
-#: Ray actor options: they apply to a decorated class (a job), not to a function.
-ACTOR_ONLY_ARGS = frozenset({"max_concurrency", "max_task_retries"})
-_BUNDLES = ("the fabric places every call itself: say where work may go with min_tier/floor (and pool, "
-            "capabilities, resources, label_selector); for gang placement submit a bundle (fabric.Bundle, docs/jobs.md)")
-_DETACHED = ("a decorated class is a fabric job: it is already detached (it outlives its caller) and named by the fabric "
-             "(name=... is its job name); look a job up with the fabric handle's jobs(), not Ray's get_actor")
-#: Ray options the fabric refuses, with what to use instead (the error names both).
-RAY_REFUSED: dict[str, str] = {
-    "scheduling_strategy": _BUNDLES,
-    "placement_group": _BUNDLES,
-    "placement_group_bundle_index": _BUNDLES,
-    "placement_group_capture_child_tasks": _BUNDLES,
-    "max_restarts": "the fabric restarts a job itself: use max_restarts_per_hour and on_runtime_failure on the class",
-    "lifetime": _DETACHED,
-    "get_if_exists": _DETACHED,
-    "namespace": "jobs live in the fabric's own namespace; name=... names the job, and the fabric handle's jobs() finds it",
-    "object_store_memory": "not supported: the object store is sized per node when it joins",
-    "concurrency_groups": "not supported yet: use max_concurrency on the class",
-    "_metadata": "not supported: Ray's private option",
-    "fallback_strategy": "the fabric degrades itself: use min_tier with floor (and fallback) to say how far",
-    "enable_task_events": "not supported: the fabric keeps Ray's default",
-    "_labels": "not supported: Ray's private option",
-    "max_calls": "not supported yet: Ray's workers run the fabric's calls as Ray reuses them",
-    "_generator_backpressure_num_objects": "not supported yet: generator tasks (num_returns='streaming') are not",
-    "_num_objects_per_yield": "not supported yet: generator tasks (num_returns='streaming') are not",
-    "_actor_generator_backpressure_num_objects": "not supported yet: generator methods are not",
-    "allow_out_of_order_execution": "not supported yet on a job's actor: use max_concurrency",
-    "max_pending_calls": "not supported yet on a job's actor",
-    "enable_tensor_transport": "not supported yet on a job's actor",
-}
 #: Decorator arguments that say how the call is carried out.
 _DISPATCH_ARGS = frozenset({"on_no_capacity", "queue_timeout_s", "max_retries", "priority", "name"})
 _ALL_ARGS = _REQUIREMENT_ARGS | _DISPATCH_ARGS | _RAY_CALL_ARGS | {"operation", _MEMORY_BYTES}
@@ -136,14 +106,6 @@ def build_requirement(options: dict[str, Any], settings: FabricSettings | None =
         raise RequirementError("min_tier", "say what the work needs: min_tier=... or operation=...", None)
     req = Requirement(**req_kwargs)
     return req.validate_against(settings) if settings is not None else req
-
-
-def refuse_ray_option(key: str, value: Any) -> None:
-    """``RequirementError`` naming ``key`` and the fabric's option when ``key`` is a Ray option the
-    fabric refuses (``RAY_REFUSED``)."""
-    why = RAY_REFUSED.get(key)
-    if why is not None:
-        raise RequirementError(key, f"Ray's {key} is not taken by @adaptive.remote: {why}", value)
 
 
 def _memory_mib(value: Any, with_mib: bool) -> float:

@@ -9,7 +9,8 @@ Ray labels. ``accelerator_type`` is Ray's resource ``accelerator_type:<T>`` on t
 ``RayCallOptions`` carries what the fabric passes to Ray as it is (``runtime_env``,
 ``num_returns``, ``retry_exceptions``, ``max_concurrency``, ``max_task_retries``): hashable
 (``runtime_env`` is kept as canonical JSON), picklable, so it travels in the requirement to the
-dispatcher and to the job runner.
+dispatcher and to the job runner. ``RAY_REFUSED`` holds the Ray options ``@adaptive.remote``
+refuses, each with the fabric's option to use instead (``docs/ray-options.md`` maps them all).
 """
 
 from __future__ import annotations
@@ -38,6 +39,53 @@ ACCELERATOR_PREFIX = "accelerator_type:"
 #: Resources Ray or the fabric name themselves: asked for by their own arguments, not ``resources``.
 RESERVED_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory", "fabric.slots"})
 _IN = re.compile(r"^(!?)in\((.*)\)$", re.DOTALL)
+#: Ray actor options: they apply to a decorated class (a job), not to a function.
+ACTOR_ONLY_ARGS = frozenset({"max_concurrency", "max_task_retries"})
+_BUNDLES = ("the fabric places every call itself: say where work may go with min_tier/floor (and pool, "
+            "capabilities, resources, label_selector); for gang placement submit a bundle (fabric.Bundle, docs/jobs.md)")
+_DETACHED = ("a decorated class is a fabric job: it is already detached (it outlives its caller) and named by the fabric "
+             "(name=... is its job name); look a job up with the fabric handle's jobs(), not Ray's get_actor")
+#: Ray options ``@adaptive.remote`` refuses, with what to use instead (the error names both).
+RAY_REFUSED: dict[str, str] = {
+    "scheduling_strategy": _BUNDLES,
+    "placement_group": _BUNDLES,
+    "placement_group_bundle_index": _BUNDLES,
+    "placement_group_capture_child_tasks": _BUNDLES,
+    "max_restarts": "the fabric restarts a job itself: use max_restarts_per_hour and on_runtime_failure on the class",
+    "lifetime": _DETACHED,
+    "get_if_exists": _DETACHED,
+    "namespace": "jobs live in the fabric's own namespace; name=... names the job, and the fabric handle's jobs() finds it",
+    "object_store_memory": "not supported: the object store is sized per node when it joins",
+    "concurrency_groups": "not supported yet: use max_concurrency on the class",
+    "_metadata": "not supported: Ray's private option",
+    "fallback_strategy": "the fabric degrades itself: use min_tier with floor (and fallback) to say how far",
+    "enable_task_events": "not supported: the fabric keeps Ray's default",
+    "_labels": "not supported: Ray's private option",
+    "max_calls": "not supported yet: Ray's workers run the fabric's calls as Ray reuses them",
+    "_generator_backpressure_num_objects": "not supported yet: generator tasks (num_returns='streaming') are not",
+    "_num_objects_per_yield": "not supported yet: generator tasks (num_returns='streaming') are not",
+    "_actor_generator_backpressure_num_objects": "not supported yet: generator methods are not",
+    "allow_out_of_order_execution": "not supported yet on a job's actor: use max_concurrency",
+    "max_pending_calls": "not supported yet on a job's actor",
+    "enable_tensor_transport": "not supported yet on a job's actor",
+}
+
+
+def refuse_ray_option(key: str, value: Any) -> None:
+    """``RequirementError`` naming ``key`` and the fabric's option when ``key`` is a Ray option the
+    fabric refuses (``RAY_REFUSED``)."""
+    why = RAY_REFUSED.get(key)
+    if why is not None:
+        raise RequirementError(key, f"Ray's {key} is not taken by @adaptive.remote: {why}", value)
+
+
+def refuse_actor_options(options: Mapping[str, Any]) -> None:
+    """Ray's actor options (``max_concurrency``, ``max_task_retries``) given to a function: refused."""
+    actor_only = sorted(set(options) & ACTOR_ONLY_ARGS)
+    if actor_only:
+        raise RequirementError(actor_only[0], "is a Ray actor option: it applies to a decorated class (a job), not a function",
+                               options[actor_only[0]])
+
 
 
 def _cut(value: Any, limit: int = 80) -> str:
