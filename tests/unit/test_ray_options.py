@@ -304,3 +304,18 @@ def test_every_option_of_ray_remote_is_taken_or_refused_with_a_pointer_and_is_in
                 adaptive.remote(min_tier="relay", **{key: None})(target)
             except RequirementError as exc:
                 assert "unknown argument" not in str(exc), f"Ray's {key} is refused without saying what to use"
+
+
+def test_a_bundle_job_whose_ray_terms_no_node_has_is_a_no_node_fits_warning():
+    from fabric.core.jobs.bundles import Bundle, BundleJob
+    from fabric.core.jobs.validation import validate_bundle
+
+    f_ = fleet(node("n1", "cpu", ray_resources={"x": 1.0}, ray_labels={"rack": "r1"}))
+    b = Bundle(bundle_id="b", jobs=[
+        BundleJob(name="has-x", requirement={"min_tier": "cpu_ffmpeg", "resources": {"x": 1}, "label_selector": {"rack": "r1"}}),
+        BundleJob(name="needs-y", requirement={"min_tier": "cpu_ffmpeg", "resources": {"y": 1}}),  # no shape has it either
+        BundleJob(name="rack-9", requirement={"min_tier": "cpu_ffmpeg", "label_selector": {"rack": "r9"}}),
+    ])
+    report = validate_bundle(b, synth.mixed_settings(), f_)
+    assert report.ok
+    assert {(i.code, i.path) for i in report.warnings} == {("no_node_fits", "jobs.1"), ("no_node_fits", "jobs.2")}
