@@ -254,4 +254,9 @@ def run_start(args: argparse.Namespace) -> int:
 def _check_join(address: str, token_file: str | None) -> JoinVerdict:
     """The token and version checks of ``fabric join`` against the head at ``address``."""
     tok = join_token(os.environ, Path.home(), token_file)
-    return check_join(address, tok, HeadSeam(), local_versions())
+    try:
+        return check_join(address, tok, HeadSeam(), local_versions())
+    except Exception as exc:  # a check must never be why a join fails: ray start tries, and says
+        return JoinVerdict([] if tok.problem is None else [tok.problem],
+                           [f"could not ask the head at {address} ({type(exc).__name__}: {exc}): token and versions not checked"],
+                           dict(tok.env), tok.unset)

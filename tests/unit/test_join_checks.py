@@ -234,3 +234,15 @@ def test_start_head_records_its_versions_after_ray_start(monkeypatch, capsys, tm
     assert Versions.from_json(head.recorded) == local_versions(os.environ)
     assert "recorded the head's versions for joining nodes: Python " in out
     assert "the cluster token is this shell's RAY_AUTH_TOKEN" in out
+
+
+class BrokenHead(FakeHead):
+    def ask(self, gcs: str, token: str | None) -> str | None:
+        raise RuntimeError("no answer this way")
+
+
+def test_a_head_that_cannot_be_asked_is_a_warning_and_ray_start_runs(monkeypatch, capsys, tmp_path, fake_ray):
+    ray, record = fake_ray
+    code, _, err = join(monkeypatch, capsys, BrokenHead(), ray, env={"HOME": str(tmp_path)})
+    assert code == 0 and record.exists()
+    assert "fabric join: warning: could not ask the head at 10.0.0.5:6379 (RuntimeError: no answer this way)" in err
