@@ -223,3 +223,16 @@ def test_down_stops_the_actors_and_up_finds_the_records_again(lf):
     lf.wait_until(lambda: all(r.last_seen > t for r in lf.handle.records() if r.node_id in {a.node_id for a in alive}),
                   "heartbeats from the restarted probes")
     assert all(r.status is NodeStatus.ACTIVE for r in lf.handle.records() if r.node_id in {a.node_id for a in alive})
+
+
+def test_join_to_a_head_that_recorded_no_versions_warns_and_joins(lf):
+    # the LocalFabric head is a plain ray start (no fabric start-head): nothing recorded, the join goes on
+    name = "joined-unrecorded"
+    proc = fabric_cli("join", "--address", lf.address, "--profile", "edge-relay", "--name", name, "--",
+                      f"--node-ip-address={IP}", "--block")
+    try:
+        lf.wait_until(lambda: joined(lf, name), f"{name} to register", timeout_s=180)
+    finally:
+        out = stop(proc)
+    assert f"fabric join: warning: the head at {lf.address} recorded no versions" in out
+    assert "fabric join: error" not in out
