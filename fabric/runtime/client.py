@@ -86,7 +86,8 @@ class AdaptiveFunction(Generic[P, R]):
         return clone
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> ObjectRef[R]:
-        """Place the call on the live fleet and run it there; returns a Ray ``ObjectRef``."""
+        """Place the call on the live fleet and run it there; returns a Ray ``ObjectRef`` (with
+        ``num_returns=N`` > 1, a list of N, as Ray's ``.remote()`` does)."""
         ref: ObjectRef[R] = (_submit or _load_submit())(self._fn, self.requirement, self.dispatch, self._name, args,
                                                         kwargs)
         return ref
