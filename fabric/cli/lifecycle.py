@@ -1,12 +1,13 @@
 """``fabric up [--config FILE]`` and ``fabric down``: the fabric's actors on a running Ray cluster.
 
 ``up`` validates the settings file before anything else (every problem at once, one line each
-with its path; exit 2, nothing started), then connects and calls ``fabric.up``. On a fabric that
+with its file, line and path, as ``fabric settings validate`` prints them; exit 2, nothing started), then connects and calls ``fabric.up``. On a fabric that
 is already up with other settings it refuses (exit 2) and names the differing fields instead of
 silently keeping the old ones; without ``--config`` it attaches to whatever runs. ``down`` stops
 the fabric's actors and terminates the nodes its providers started (``--keep-nodes``: those keep
-running); Ray and the nodes that joined it stay. Both print what they did; exit 1 is a failure past
-the connection.
+running); Ray and the nodes that joined it stay. Both print what they did; exit 1 when the cluster
+cannot be reached or the operation fails, 2 for bad input (a malformed address, a bad settings file,
+settings that conflict with those in force).
 """
 
 from __future__ import annotations
@@ -15,34 +16,28 @@ import argparse
 import sys
 from typing import Any
 
+from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address_parent, bad_address
 from fabric.cli.connect import connect
 from fabric.core.errors import FabricError, SettingsConflictError, SettingsError
 
-__all__ = ["add_parser", "format_settings_error"]
+__all__ = ["add_parser"]
 
 
 def add_parser(subparsers: Any) -> None:
     u = subparsers.add_parser("up", help="bring the fabric's actors up on a running Ray cluster (validates --config first)",
-                              description="bring the fabric's actors up on a running Ray cluster (validates --config first)")
+                              description="bring the fabric's actors up on a running Ray cluster (validates --config first)",
+                              parents=[address_parent()])
     u.add_argument("--config", metavar="FILE", help="YAML settings (default: the settings in force, or the defaults)")
-    u.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
     u.add_argument("--no-scheduler", action="store_true", help="only the fleet: registry, health monitor, probes")
     u.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="how long the actors may take to come up")
     u.set_defaults(func=run_up)
     down_help = ("stop the fabric's actors and terminate the nodes its providers started; Ray itself and the nodes "
                  "that joined it (fabric join, ray start) keep running")
-    d = subparsers.add_parser("down", help=down_help, description=down_help)
-    d.add_argument("--address", default="auto", metavar="HOST:PORT", help="Ray cluster address (default: auto)")
+    d = subparsers.add_parser("down", help=down_help, description=down_help, parents=[address_parent()])
     d.add_argument("--keep-nodes", action="store_true",
                    help="leave the nodes the fabric's providers started running (a later fabric up adopts them); "
                         "only the fabric's actors stop")
     d.set_defaults(func=run_down)
-
-
-def format_settings_error(source: str, err: SettingsError) -> list[str]:
-    """One line per problem, each with its path and code, under a line naming the source."""
-    count = len(err.problems)
-    return [f"{source}: {count} problem{'s' if count != 1 else ''}:"] + [f"  {p}" for p in err.problems]
 
 
 def _fabric_actor_names(ray: Any) -> set[str]:
@@ -58,14 +53,17 @@ def run_up(args: argparse.Namespace) -> int:
     if args.config:
         try:
             settings = FabricSettings.from_yaml(args.config)
-        except SettingsError as exc:
-            for line in format_settings_error(f"fabric up: {args.config}", exc):
-                print(line, file=sys.stderr)
+        except SettingsError:
+            from fabric.cli.settings_cmd import settings_file_problems
+
+            print("\n".join(settings_file_problems(args.config)), file=sys.stderr)
             print("fabric up: nothing started", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
+    if bad_address(args.address, "up"):
+        return EXIT_USAGE
     ray = connect(args.address, "up")
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         import fabric
 
@@ -74,10 +72,10 @@ def run_up(args: argparse.Namespace) -> int:
             fabric.up(settings, scheduler=not args.no_scheduler, timeout_s=args.timeout)
         except SettingsConflictError as exc:
             print(f"fabric up: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         except (FabricError, ray.exceptions.GetTimeoutError) as exc:
             print(f"fabric up: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         after = _fabric_actor_names(ray)
         started = sorted(after - before)
         running = sorted(after & before)
@@ -86,15 +84,17 @@ def run_up(args: argparse.Namespace) -> int:
             print(f"fabric up: started {', '.join(started)}{where}")
         if running:
             print(f"fabric up: already running {', '.join(running)}")
-        return 0
+        return EXIT_OK
     finally:
         ray.shutdown()
 
 
 def run_down(args: argparse.Namespace) -> int:
+    if bad_address(args.address, "down"):
+        return EXIT_USAGE
     ray = connect(args.address, "down")
     if ray is None:
-        return 2
+        return EXIT_FAILED
     try:
         import fabric
 
@@ -103,6 +103,6 @@ def run_down(args: argparse.Namespace) -> int:
         if stopped:
             print("fabric down: the nodes the fabric's providers started keep running (--keep-nodes)" if args.keep_nodes else
                   "fabric down: terminated the nodes the fabric's providers started (if any); Ray and joined nodes keep running")
-        return 0
+        return EXIT_OK
     finally:
         ray.shutdown()

@@ -10,8 +10,8 @@ bundled profile as the ``fabric.io/profile`` label; an arbitrary folder (a label
 path) as ``FABRIC_RECORDING=<abs dir>`` in ``ray start``'s environment, which the raylet and
 every worker it starts (the ProbeActor included) inherit.
 
-They refuse clearly (one line, exit 2) when the ``ray`` command is missing, the address is not
-``HOST:PORT``, or nothing answers there; a failure of ``ray start`` itself is summarised.
+They refuse clearly with one line: exit 2 when the ``ray`` command is missing or the address is not
+``HOST:PORT``, exit 1 when nothing answers there; a failure of ``ray start`` itself is summarised.
 
 Real machines (``fabric.cli.join_checks``): ``start-head`` records the head's Python, Ray and fabric
 versions in its GCS and says where the cluster token is; ``join`` asks the head before ``ray start``
@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from fabric.cli.common import EXIT_FAILED, EXIT_USAGE
 from fabric.cli.connect import parse_address
 from fabric.cli.join_checks import (
     HeadSeam, JoinVerdict, check_join, head_token_lines, join_token, local_versions, record_head_versions,
@@ -166,9 +167,10 @@ def _reachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
         return exc.strerror or type(exc).__name__
 
 
-def _refuse(command: str, message: str) -> int:
+def _refuse(command: str, message: str, code: int = EXIT_USAGE) -> int:
+    """Say ``message`` on stderr; ``code``: 2 for bad input (the default), 1 when the head cannot be reached."""
     print(f"fabric {command}: error: {message}", file=sys.stderr)
-    return 2
+    return code
 
 
 def run_start(args: argparse.Namespace) -> int:
@@ -212,7 +214,7 @@ def run_start(args: argparse.Namespace) -> int:
     if address is not None:
         why = _reachable(host, port)
         if why is not None:
-            return _refuse(command, f"cannot reach the head at {address}: {why} (is the address right and the head up?)")
+            return _refuse(command, f"cannot reach the head at {address}: {why} (is the address right and the head up?)", EXIT_FAILED)
         verdict = _check_join(address, args.token_file)
         for line in verdict.warnings:
             print(f"fabric join: warning: {line}", file=sys.stderr)

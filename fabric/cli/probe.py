@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from fabric.core.capabilities import NodeCapabilities
-from fabric.core.errors import ProbeError
+from fabric.core.errors import ProbeError, SettingsError
 
 __all__ = ["add_parser", "run", "ray_start_args"]
 
@@ -102,7 +102,13 @@ def run(args: argparse.Namespace) -> int:
             nodes = [_probe(args, f"profile:{args.profile}")]
         else:
             nodes = [_probe(args, args.recording)]
-    except (ProbeError, ValueError) as exc:  # SettingsError is a ValueError too
+    except SettingsError as exc:  # the --config file: its problems as `fabric settings validate` prints them
+        from fabric.cli.settings_cmd import settings_file_problems
+
+        lines = settings_file_problems(args.config) if args.config else [_one_line(f"fabric probe: error: {exc}")]
+        print("\n".join(lines), file=sys.stderr)
+        return 2
+    except (ProbeError, ValueError) as exc:
         print(_one_line(f"fabric probe: error: {exc}"), file=sys.stderr)
         return 2
     try:

@@ -70,9 +70,11 @@ def run_routes(args: argparse.Namespace) -> int:
 
         try:
             routes = dict(FabricSettings.from_yaml(args.settings).routes)
-        except SettingsError as exc:
-            print(f"fabric routes: {exc}", file=sys.stderr)
-            return 2
+        except SettingsError:
+            from fabric.cli.settings_cmd import settings_file_problems
+
+            print("\n".join(settings_file_problems(args.settings)), file=sys.stderr)
+            return EXIT_USAGE
 
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle

@@ -23,7 +23,7 @@ from typing import Any
 
 from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 
-__all__ = ["add_parser", "example_text", "format_problems", "run_validate", "schema", "settings_text"]
+__all__ = ["add_parser", "example_text", "format_problems", "run_validate", "schema", "settings_file_problems", "settings_text"]
 
 EXAMPLE_RESOURCE = "data/fabric.yaml"
 
@@ -75,6 +75,15 @@ def format_problems(file: str, problems: list[Any]) -> list[str]:
     n = len(problems)
     lines.append(f"{file}: invalid, {n} problem{'s' if n != 1 else ''}" if n else f"{file}: valid")
     return lines
+
+
+def settings_file_problems(path: str) -> list[str]:
+    """``path``'s problems as ``validate`` prints them (``FILE:LINE: path: message``, then the summary
+    line): the one form in which every command that reads a settings file (``up --config``,
+    ``routes --config``, ``probe --config``) reports a bad one."""
+    from fabric.core.settings_check import check_settings_file
+
+    return format_problems(path, check_settings_file(path))
 
 
 def run_validate(args: argparse.Namespace) -> int:

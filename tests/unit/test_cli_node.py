@@ -70,7 +70,7 @@ def test_malformed_address_is_refused(capsys, address):
 def test_unreachable_address_is_refused_before_ray_start(capsys):
     port = _free_port()
     code, out, err = run(capsys, "join", "--address", f"127.0.0.1:{port}", "--profile", "edge-relay")
-    assert code == 2 and f"cannot reach the head at 127.0.0.1:{port}" in err
+    assert code == 1 and f"cannot reach the head at 127.0.0.1:{port}" in err  # not reachable: 1, bad input: 2
     assert "running: " in out  # it said what it would have run
 
 

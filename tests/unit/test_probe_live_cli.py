@@ -138,4 +138,6 @@ def test_settings_override_the_derived_slots(capsys, tmp_path):
     assert code == 0 and json.loads(out)["fabric.io/slots"] == "3"
     config.write_text("nodes:\n  qfox-1:\n    max_concurrent_tasks: 0\n")
     code, _, err = run_cli(capsys, "--profile", "gpu-cuda-workstation", "--config", str(config))
-    assert code == 2 and "nodes.qfox-1.max_concurrent_tasks" in err and err.count("\n") == 1
+    # the problem with its line, then the summary: as fabric settings validate prints it (no traceback)
+    assert code == 2 and err.splitlines() == [err.splitlines()[0], f"{config}: invalid, 1 problem"]
+    assert err.startswith(f"{config}:3: nodes.qfox-1.max_concurrent_tasks: ")
