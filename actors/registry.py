@@ -101,7 +101,9 @@ class Registry:
         hold = pending.pop(node_id, None)
         held_until = hold if hold is not None and hold > now else None
         if existing is not None:
-            update: dict[str, Any] = {"capabilities": caps, "last_seen": max(existing.last_seen, now)}
+            # the Ray resources the node joined with, read again: a record stored before they were kept has none
+            update: dict[str, Any] = {"capabilities": caps, "last_seen": max(existing.last_seen, now),
+                                      "ray_resources": {k: float(v) for k, v in ray_node.resources.items()}}
             if util is not None:
                 update["utilization"] = util
             if held_until is not None and (existing.held_until or 0.0) < held_until:

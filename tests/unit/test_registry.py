@@ -70,6 +70,14 @@ def test_reregistration_keeps_status_and_updates_capabilities(env):
     assert r.status is NodeStatus.OFFLINE and r.capabilities.cpu_usable == 3 and r.last_seen == clock()
 
 
+def test_reregistration_reads_the_ray_resources_a_record_stored_without_them_lacks(env):
+    reg, store, _, _ = env
+    r = reg.register(A, caps())
+    assert r.ray_resources == {"fabric.slots": 1.0, "fabric.tier.cpu_ffmpeg": 1.0, "fabric.tier.relay": 1.0}
+    store.upsert(r.model_copy(update={"ray_resources": {}}))  # as a store written before the field was kept
+    assert reg.register(A, caps()).ray_resources == r.ray_resources == store.get(A).ray_resources
+
+
 @pytest.mark.parametrize("node_id", ["c" * 56, B], ids=["unknown-to-ray", "dead-in-ray"])
 def test_spoofed_node_id_is_refused_and_nothing_stored(env, node_id):
     reg, store, _, _ = env
