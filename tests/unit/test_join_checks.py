@@ -228,6 +228,7 @@ def test_start_head_records_its_versions_after_ray_start(monkeypatch, capsys, tm
     head = FakeHead(token="good", recorded=None)
     monkeypatch.setattr(node_cli, "HeadSeam", lambda: head)
     monkeypatch.setenv("RAY_AUTH_TOKEN", "good")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # whatever the shell running the tests says
     code = main(["start-head", "--profile", "edge-relay", "--port", "6391", "--ray", str(ray)])
     out = capsys.readouterr().out
     assert code == 0 and record.exists()
