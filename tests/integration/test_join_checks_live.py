@@ -205,3 +205,21 @@ def test_the_dashboard_on_every_interface_answers_on_another_loopback_address(he
     with pytest.raises(urllib.error.HTTPError) as refused:  # the Jobs API is behind the cluster token too
         urllib.request.urlopen(url, timeout=10)
     assert refused.value.code == 401
+
+
+def test_ray_job_submit_from_another_address_runs_a_job_on_the_head(head, tmp_path):
+    """What the README's real-fleet path does from a laptop: ``ray job submit`` to the dashboard at an
+    address other than the head's own, with the cluster token (``RAY_AUTH_TOKEN_PATH``)."""
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    url = f"http://{OTHER_LOOPBACK}:{head.dashboard_port}"
+    env = base_env(RAY_AUTH_TOKEN_PATH=str(head.token_file), HOME=str(tmp_path))
+    line = "a job submitted from 127.0.0.3"
+    entry = [sys.executable, "-c", f"print({line!r})"]
+
+    def submitted() -> subprocess.CompletedProcess | None:
+        out = subprocess.run([ray_cli, "job", "submit", "--address", url, "--", *entry], env=env, capture_output=True,
+                             text=True, timeout=180)
+        return out if out.returncode == 0 or "Connection refused" not in out.stdout + out.stderr else None
+
+    out = wait_for("ray job submit", submitted, timeout_s=180, proc=head.proc, log=head.log)
+    assert out.returncode == 0 and line in out.stdout and "succeeded" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
