@@ -32,7 +32,7 @@ __all__ = ["add_parser", "run", "ray_start_args"]
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "probe", help="probe this node (or a recording/profile) and print its capabilities and tiers",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=__doc__.split("\n\n")[1].replace("``", "") if __doc__ else None,  # plain text, no RST markup
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", dest="output", action="store_const", const="json", help="NodeCapabilities as JSON")
