@@ -3,7 +3,8 @@
 ``ApiClient(address, token)`` implements the part of ``SchedulerApi`` (``fabric.core.scheduler_api``)
 the commands call (``nodes``, ``job_statuses``, ``job_status``, ``events``, ``cordon``, ``uncordon``,
 ``drain_jobs``, ``drain_status``, ``evict``, ``handle_node_interruption``, ``migrate_job``,
-``migration``, ``migrations``, ``explain``, ``metrics``) over gRPC, answering the same types the scheduler answers through Ray (read back by
+``migration``, ``migrations``, ``explain``, ``metrics``) over gRPC, and ``watch_events``, the
+log as it grows (the ``WatchEventBatches`` stream; ``fabric events --follow`` reads it), answering the same types the scheduler answers through Ray (read back by
 ``fabric.api.readers``), plus the few ``FabricHandle`` names the commands use (``jobs``,
 ``records``, ``drain``, ``settings_in_force``), so a command renders either transport's answer
 with the same code.
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, TypeVar, cast
+from typing import Callable, Iterator, Mapping, TypeVar, cast
 
 import grpc
 
@@ -45,6 +47,8 @@ TOKEN_ENV = "FABRIC_API_TOKEN"
 """The token itself, when ``--token-file`` is not given."""
 CALL_TIMEOUT_S = 60.0
 """How long one call waits for its answer (a drain: its own timeout on top)."""
+POLL_S = 0.2
+"""How often ``watch_events`` reads the log of a server without ``WatchEventBatches``."""
 REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
            grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.OUT_OF_RANGE)
 T = TypeVar("T")
@@ -172,6 +176,43 @@ class ApiClient:
         request = pb.ListEventsRequest(since=max(0, int(since)), kinds=list(kinds or ()), limit=int(limit))
         reply: pb.ListEventsReply = self._call(self._inspect.ListEvents, request)
         return [readers.event(e) for e in reply.events]
+
+    def watch_events(self, since: int = 0, kinds: list[str] | None = None,
+                     timeout_s: float | None = None) -> Iterator[list[FabricEvent]]:
+        """The log after number ``since`` (of ``kinds`` only), then each new event as it is logged, in
+        lists (one per ``EventBatch``), in order, each event once, from one ``WatchEventBatches``
+        stream. It ends after ``timeout_s`` seconds (None: never); closing the iterator cancels the
+        stream. A server without that stream (an older fabric) is polled with ``ListEvents`` instead.
+        Errors raise as every call's do."""
+        request = pb.WatchEventsRequest(since=max(0, int(since)), kinds=list(kinds or ()))
+        call = self._inspect.WatchEventBatches(request, metadata=self._metadata, timeout=timeout_s)
+        since = request.since
+        try:
+            for batch in call:
+                events = [readers.event(e) for e in batch.events]
+                if events:
+                    since = events[-1]["seq"]
+                    yield events
+        except grpc.RpcError as exc:
+            code = exc.code() if callable(getattr(exc, "code", None)) else None
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout_s is not None:
+                return
+            if code != grpc.StatusCode.UNIMPLEMENTED:
+                raise self._error(exc) from None
+        finally:
+            call.cancel()
+        yield from self._poll_events(since, kinds, timeout_s)
+
+    def _poll_events(self, since: int, kinds: list[str] | None, timeout_s: float | None) -> Iterator[list[FabricEvent]]:
+        """``watch_events`` against a server without ``WatchEventBatches``: ``ListEvents`` every ``POLL_S``."""
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while end is None or time.monotonic() < end:
+            new = self.events(since, kinds, 1000)
+            if new:
+                since = int(new[-1]["seq"])
+                yield new
+            if len(new) < 1000:
+                time.sleep(POLL_S if end is None else max(0.0, min(POLL_S, end - time.monotonic())))
 
     def cordon(self, node: str) -> str:
         reply: pb.NodeReply = self._call(self._ops.Cordon, pb.NodeRequest(node=node))

@@ -4,7 +4,9 @@
 besides nodes: the jobs (``ListJobs``, ``GetJob``), a node's drain (``DrainStatus``), the
 migrations (``GetMigration``, ``ListMigrations``), one page of the event log (``ListEvents``) and
 the settings in force (``GetSettings``). Each RPC is one call of the scheduler actor's methods on
-``scheduler`` (an ``AsyncSchedulerApi``), by name in code; the settings come from ``settings``
+``scheduler`` (an ``AsyncSchedulerApi``), by name in code; ``WatchEventBatches`` streams the log
+after a number in batches (``fabric.api.watch``: one scheduler call reads up to 1,000 events, and
+all a read found travel as one ``EventBatch``); the settings come from ``settings``
 (the operator actor's: those ``fabric.up`` started it with). Errors become status codes as the
 ``Operator`` service's do (``fabric.api.server.status_for``), and the same ``TokenInterceptor``
 guards every call.
@@ -13,10 +15,11 @@ guards every call.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from fabric.api import operator_pb2 as pb
 from fabric.api import operator_pb2_grpc as pb_grpc
+from fabric.api.watch import EventsReader, batch_messages, follow_log
 from fabric.api.wire import event_message, jsonable, plain
 from fabric.core.errors import InvalidSpecError
 from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
@@ -67,13 +70,15 @@ def _guarded(fn: Callable) -> Callable:
 
 class InspectServicer(pb_grpc.InspectServicer):
     """Each read as scheduler actor calls on ``scheduler``; ``settings()`` the settings in force;
-    ``events_method`` which log reader the scheduler has (``fabric.api.server.EventsReader``)."""
+    ``events_method`` which log reader the scheduler has (``fabric.api.watch.EventsReader``);
+    ``poll_s`` how often ``WatchEventBatches`` reads the log once it has caught up."""
 
     def __init__(self, scheduler: AsyncSchedulerApi, settings: Callable[[], FabricSettings] | None = None, *,
-                 events_method: str = "job_events") -> None:
+                 events_method: EventsReader = "job_events", poll_s: float = 0.2) -> None:
         self.scheduler = scheduler
         self.settings = settings or FabricSettings
         self.events_method = events_method
+        self.poll_s = poll_s
 
     @_guarded
     async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsReply:
@@ -121,3 +126,19 @@ class InspectServicer(pb_grpc.InspectServicer):
         import json
 
         return pb.SettingsReply(settings_json=json.dumps(plain(self.settings().model_dump(mode="json"))))
+
+    async def WatchEventBatches(self, request: pb.WatchEventsRequest, context: Any) -> AsyncIterator[pb.EventBatch]:
+        """The log after ``since`` (of ``kinds`` only when given), then new events as they come: every
+        event once, in order, each read's events in one ``EventBatch`` (cut at ``MAX_BATCH_BYTES``)."""
+        from fabric.api.server import status_for
+
+        kinds = [str(k) for k in request.kinds] or None
+        try:
+            async for events in follow_log(self.scheduler, self.events_method, int(request.since), kinds, self.poll_s):
+                for batch in batch_messages(events):
+                    yield batch
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed read ends the stream with its status
+            code, details = status_for(exc)
+            await context.abort(code, details)

@@ -790,6 +790,11 @@ class InspectStub:
                 request_serializer=fabric_dot_api_dot_operator__pb2.GetSettingsRequest.SerializeToString,
                 response_deserializer=fabric_dot_api_dot_operator__pb2.SettingsReply.FromString,
                 _registered_method=True)
+        self.WatchEventBatches = channel.unary_stream(
+                '/fabric.operator.v1.Inspect/WatchEventBatches',
+                request_serializer=fabric_dot_api_dot_operator__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.EventBatch.FromString,
+                _registered_method=True)
 
 
 class InspectServicer:
@@ -846,6 +851,15 @@ class InspectServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchEventBatches(self, request, context):
+        """WatchEvents in batches: the event log from `since` (exclusive), oldest first, then new events as
+        they are logged, until the client cancels. Each message holds every event one read of the log
+        found (cut at about 1 MiB a message), in order, each event once; nothing waits to fill a batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InspectServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -883,6 +897,11 @@ def add_InspectServicer_to_server(servicer, server):
                     servicer.GetSettings,
                     request_deserializer=fabric_dot_api_dot_operator__pb2.GetSettingsRequest.FromString,
                     response_serializer=fabric_dot_api_dot_operator__pb2.SettingsReply.SerializeToString,
+            ),
+            'WatchEventBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEventBatches,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.WatchEventsRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.EventBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1076,6 +1095,33 @@ class Inspect:
             '/fabric.operator.v1.Inspect/GetSettings',
             fabric_dot_api_dot_operator__pb2.GetSettingsRequest.SerializeToString,
             fabric_dot_api_dot_operator__pb2.SettingsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEventBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/WatchEventBatches',
+            fabric_dot_api_dot_operator__pb2.WatchEventsRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.EventBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,28 +23,25 @@ from __future__ import annotations
 import asyncio
 import hmac
 import pickle
-from typing import Any, AsyncIterator, Callable, Literal
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 
 from fabric.api import operator_pb2 as pb
 from fabric.api import operator_pb2_grpc as pb_grpc
+from fabric.api.watch import EVENT_BATCH, EventsReader, follow_log
 from fabric.api.wire import build_bundle, bundle_status_message, event_message, import_class, jsonable, node_message
 from fabric.api.wire import requirement_from_json
 from fabric.core.errors import (
     CapacityError, InvalidSpecError, JobNotFoundError, MessageError, MigrationError, NodeNotFoundError,
     RequirementError, SettingsError, TransitionError,
 )
-from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
+from fabric.core.scheduler_api import AsyncSchedulerApi
 from fabric.core.scheduling.messages import read_id
 from fabric.core.settings import FabricSettings
 
-EventsReader = Literal["events", "job_events"]
-"""Which of the scheduler's log readers WatchEvents polls: ``events(since, kinds, limit)`` or ``job_events(since, kinds)``."""
 API_VERSION = "fabric.operator.v1"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-EVENT_BATCH = 1000
-"""The most events one poll of the log asks for."""
 
 
 # -- errors -------------------------------------------------------------------------------------------------
@@ -191,32 +188,19 @@ class OperatorServicer(pb_grpc.OperatorServicer):
         state = await self.scheduler.abort_migration(request.migration_id, request.reason)
         return pb.AbortMigrationReply(migration_id=request.migration_id, state_json=jsonable(state))
 
-    async def _read_events(self, since: int, kinds: list[str] | None) -> list[FabricEvent]:
-        if self.events_method == "events":
-            return list(await self.scheduler.events(since, kinds, EVENT_BATCH))
-        return list(await self.scheduler.job_events(since, kinds))
-
     async def WatchEvents(self, request: pb.WatchEventsRequest, context: Any) -> AsyncIterator[pb.Event]:
-        since = int(request.since)
+        """The log after ``since``, one ``Event`` a message (``Inspect.WatchEventBatches`` streams the
+        same events in far fewer messages)."""
         kinds = [str(k) for k in request.kinds] or None
-        while True:
-            try:
-                batch = await self._read_events(since, kinds)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                code, details = status_for(exc)
-                await context.abort(code, details)
-                return
-            fresh = 0
-            for event in batch:
-                message = event_message(event)
-                if message.seq <= since:
-                    continue
-                since, fresh = message.seq, fresh + 1
-                yield message
-            if fresh < EVENT_BATCH:  # caught up (or only old events came back): wait for more
-                await asyncio.sleep(self.poll_s)
+        try:
+            async for events in follow_log(self.scheduler, self.events_method, int(request.since), kinds, self.poll_s):
+                for event in events:
+                    yield event_message(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            code, details = status_for(exc)
+            await context.abort(code, details)
 
 
 # -- authentication -----------------------------------------------------------------------------------------
@@ -342,7 +326,8 @@ async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1
     server = grpc.aio.server(interceptors=[TokenInterceptor(token)], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
     pb_grpc.add_OperatorServicer_to_server(OperatorServicer(scheduler, events_method=events_method, poll_s=poll_s), server)
-    pb_grpc.add_InspectServicer_to_server(InspectServicer(scheduler, settings, events_method=events_method), server)
+    pb_grpc.add_InspectServicer_to_server(InspectServicer(scheduler, settings, events_method=events_method, poll_s=poll_s),
+                                          server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
@@ -359,4 +344,4 @@ async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1
     return server, bound
 
 
-__all__ = ["API_VERSION", "EventsReader", "OPEN_SERVICES", "OperatorServicer", "SERVICE_NAMES", "open_method", "TokenInterceptor", "bearer_ok", "serve", "status_for"]
+__all__ = ["API_VERSION", "EVENT_BATCH", "EventsReader", "OPEN_SERVICES", "OperatorServicer", "SERVICE_NAMES", "open_method", "TokenInterceptor", "bearer_ok", "serve", "status_for"]

@@ -59,6 +59,9 @@ def jsonable(value: Any) -> str:
     return json.dumps(plain(value), sort_keys=True)
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
 # -- in: JSON fields --------------------------------------------------------------------------------------
 def read_json(field: str, text: str, kind: type, default: Any) -> Any:
     """The JSON ``text`` of ``field`` (empty: ``default``), which must be a ``kind`` (dict or list)."""
@@ -182,14 +185,24 @@ def bundle_status_message(status: Any) -> pb.BundleStatus:
     )
 
 
+def event_json(data: object) -> str:
+    """An event's data as JSON text, the same text as ``jsonable`` (keys sorted): a
+    flat dict of text keys and plain values (the usual event) is dumped directly, anything else
+    goes through ``jsonable``."""
+    if type(data) is dict and all(type(k) is str for k in data) and all(
+            type(v) in _PLAIN and (type(v) is not float or math.isfinite(v)) for v in data.values()):
+        return json.dumps(data, sort_keys=True)
+    return jsonable(data)
+
+
 def event_message(event: Any) -> pb.Event:
     """One event of the log (a dict ``{seq, kind, at, data, stimulus_id}`` or an object with those)."""
     get = event.get if isinstance(event, dict) else (lambda k, d=None: getattr(event, k, d))
     data = get("data", {}) or {}
     sid = get("stimulus_id", None) or (data.get("stimulus_id") if isinstance(data, dict) else None) or ""
     return pb.Event(seq=int(get("seq", 0) or 0), kind=str(get("kind", "")), at=float(get("at", 0.0) or 0.0),
-                    data_json=jsonable(data), stimulus_id=str(sid))
+                    data_json=event_json(data), stimulus_id=str(sid))
 
 
-__all__ = ["build_bundle", "bundle_status_message", "event_message", "import_class", "jsonable", "node_message",
+__all__ = ["build_bundle", "bundle_status_message", "event_json", "event_message", "import_class", "jsonable", "node_message",
            "plain", "read_json", "requirement_from_json"]

@@ -5,7 +5,9 @@ number N instead (up to ``--limit``); ``--kind K`` (repeatable) only those kinds
 event's number, its time (local, HH:MM:SS), its kind and a short summary of its data, cut to 80
 columns. ``--json`` prints one JSON object per event per line (seq, kind, at, stimulus_id, data).
 ``--follow`` then keeps polling (every ``--interval`` seconds) and prints what comes, until
-Ctrl-C or, with ``--for S``, for S seconds (exit 0). It connects as ``fabric jobs`` does
+Ctrl-C or, with ``--for S``, for S seconds (exit 0); over ``--api`` it reads the API's
+``WatchEventBatches`` stream instead (each event printed as it comes; ``--interval`` is then the
+wait before a failed stream is opened again). It connects as ``fabric jobs`` does
 (``--address``, default ``auto``, or ``--api HOST:PORT`` through the operator API without Ray):
 exit 2 when the arguments are refused, 1 when the cluster cannot be reached or the fabric is not up.
 
@@ -19,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 from fabric.core.errors import FabricError
@@ -42,7 +44,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--kind", action="append", default=None, metavar="KIND", help="only this kind (repeat for several)")
     p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N events before following (default 50)")
     p.add_argument("--follow", "-f", action="store_true", help="keep polling for new events until Ctrl-C")
-    p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="--follow's polling interval (default 0.5)")
+    p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="--follow's polling interval (default 0.5); over --api, where events stream as they come, "
+                        "the wait before a failed stream is opened again")
     p.add_argument("--for", dest="for_s", type=float, default=None, metavar="SECONDS",
                    help="--follow: stop after this many seconds (exit 0; default: until Ctrl-C)")
     p.set_defaults(func=_run)
@@ -131,6 +134,9 @@ def events_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout,
     since = int(events[-1]["seq"]) if events else (args.since or 0)
     if not events and args.since is None:  # nothing of these kinds yet: everything from now on is new
         since = 0
+    watch = getattr(handle, "watch_events", None)
+    if callable(watch):
+        return _follow_stream(watch, since, kinds, args.json, out, err, interval, sleep, clock, stop_at)
     polls, down = 0, False
     try:
         while (follows is None or polls < follows) and (stop_at is None or clock() < stop_at):
@@ -147,6 +153,30 @@ def events_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout,
             _print(new, args.json, out)
             if new:
                 since = int(new[-1]["seq"])
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _follow_stream(watch: Callable[[int, list[str] | None, float | None], Iterable[list[dict[str, Any]]]], since: int,
+                   kinds: list[str] | None, as_json: bool, out: TextIO, err: TextIO, interval: float,
+                   sleep: Callable[[float], None], clock: Callable[[], float], stop_at: float | None) -> int:
+    """``--follow`` over the operator API: print each batch of the ``watch_events`` stream as it
+    comes, until Ctrl-C or ``stop_at`` (by ``clock``); a stream that fails is said once and opened
+    again after ``interval`` from the last event printed."""
+    down = False
+    try:
+        while stop_at is None or clock() < stop_at:
+            try:
+                for batch in watch(since, kinds, None if stop_at is None else max(0.0, stop_at - clock())):
+                    down = False
+                    _print(batch, as_json, out)
+                    since = int(batch[-1]["seq"])
+            except Exception as exc:  # a restarting fabric: say so once, keep following
+                if not down:
+                    print(f"fabric events: the event stream failed ({type(exc).__name__}: {exc}); retrying", file=err)
+                down = True
+                sleep(interval if stop_at is None else max(0.0, min(interval, stop_at - clock())))
     except KeyboardInterrupt:
         pass
     return 0
