@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,40 @@ def test_events_follow_prints_the_log_and_stops_after_for(lf, api, job):
     assert events and all(e["kind"] == "job_state" for e in events)
     assert any(e["data"].get("job_id") == job.job_id and e["data"].get("to") == "running" for e in events)
     assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+
+
+def test_events_follow_streams_every_new_event_once_in_order_in_batches(lf, api):
+    """1,200 events logged before the follow starts (more than one read of the log) and 300 while it
+    runs all reach ``fabric events --follow`` over the API's batched stream, each once, in order."""
+    scheduler = lf._scheduler()
+    newest = lf.handle.events(0, None, -1)
+    since = int(newest[-1]["seq"]) if newest else 0
+
+    def log(first: int, count: int) -> None:
+        ray.get([scheduler.record_event.remote("api_follow_tick", {"i": i}) for i in range(first, first + count)],
+                timeout=120)
+
+    log(0, 1200)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FABRIC_API"))}
+    env["PYTHONPATH"] = str(ROOT)
+    argv = ["events", "--since", str(since), "--limit", "5", "--kind", "api_follow_tick", "--follow", "--for", "20",
+            "--json", "--api", api[0], "--token-file", str(api[1])]
+    proc = subprocess.Popen([sys.executable, "-c", WRAPPER, *argv], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        log(1200, 300)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, f"exit {proc.returncode} (3: Ray was imported)\n{err[-3000:]}"
+    events = [json.loads(line) for line in out.splitlines()]
+    logged = lf.handle.events(since, ["api_follow_tick"], 5000)  # the log itself, in its order
+    assert len(logged) == 1500 and sorted(e["data"]["i"] for e in logged) == list(range(1500))
+    assert [(e["seq"], e["data"]["i"]) for e in events] == [(e["seq"], e["data"]["i"]) for e in logged]
+    assert "failed" not in err
 
 
 def test_settings_show_prints_the_settings_in_force(lf, api):
