@@ -12,7 +12,8 @@ its ports, on the scheduler's event loop (no locks):
   pings when the class has the hook), stopped or killed; what comes of it goes back as
   ``InstanceStarted`` / ``InstanceEnded``; the saga steps are ``actors.migrations``';
 - **Ray's drain** (``actors.drains``), **the event log** (``emit``), **the store** (``persist``:
-  every change is written before the next stimulus), slots back to the task core.
+  a request's changes are written before it is answered; what the instances' watches and launches
+  see is written once per turn of the event loop, ``persist_soon``), slots back to the task core.
 
 Restart: a scheduler that comes back (SIGKILL, node loss) reads the jobs core's whole state back
 from the store; after its fleet's first sync it lists the live instances by name and hands them to
@@ -34,6 +35,7 @@ from typing import Any, Callable, Iterator
 
 from actors.bundle_ops import BundleOps, new_job_id
 from actors.drains import DrainRunner
+from actors.job_watch import watch_instance
 from actors.job_ports import CoreWorld, RayDrainPort, SchedulerRayDrain, SchedulerTaskCore, TaskCorePort
 from actors.migrations import SAGA_STEPS, MigrationRunner
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
@@ -47,18 +49,13 @@ from fabric.core.jobs.state import (
     Cordon, DropPayload, KillInstance, PlaceSoon, Reply, ReserveSlot, SagaEnded, StorePayload, WatchInstance,
 )
 from fabric.core.jobs.stimuli import (
-    InstanceEnded, InstanceStarted, JobPlaced, JobsNodeLost, JobsTick, JobSubmitted, JobUnplaced, PlacementsDue,
+    InstanceEnded, JobPlaced, JobsNodeLost, JobsTick, JobSubmitted, JobUnplaced, PlacementsDue,
     CapacityJoined, Restarted, SlotReserved, StopRequested,
 )
 from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.store.job_rows import decode_bundle, decode_event, decode_job, encode_bundle, encode_event, encode_job
 from fabric.store.jobs import JobStore
 
-WATCH_S = 30.0
-"""How long one watch call waits before it returns ``alive`` and is asked again."""
-START_TIMEOUT_S = 120.0
-"""How long an instance may take to come up (Ray's placement and the constructor) before it is
-counted as failed to start."""
 STOP_GRACE_S = 10.0
 """How long ``__fabric_stop__`` may take before the instance is killed."""
 MAX_EVENTS = 10_000
@@ -103,6 +100,8 @@ class JobRunner:
         """The bundles whose jobs this runner files (``actors.bundle_ops``)."""
         self.drains = DrainRunner(ray_drain or SchedulerRayDrain(scheduler), self)
         self._batched = 0
+        self._flush_due = False
+        """A write is due at the end of this loop turn (``persist_soon``)."""
         """Open ``batch`` blocks: writes wait for the outermost one's end."""
         self._load()
 
@@ -209,25 +208,39 @@ class JobRunner:
             self._new_events = []
 
     # -- the one way in: a stimulus handled, its instructions carried out ------------------------------
-    def handle(self, stimulus: Any) -> Any:
-        """Hand ``stimulus`` to the jobs core, carry out what it answers, write the changes; the
-        stimulus's reply (its error, once the changes stand, is raised)."""
+    def handle(self, stimulus: Any, *, answered: bool = True) -> Any:
+        """Hand ``stimulus`` to the jobs core, carry out what it answers, write the changes (in one
+        go); the stimulus's reply (its error, once the changes stand, is raised). ``answered=False``
+        (what an instance's watch or launch saw: nobody waits for a reply): the write is left to
+        ``persist_soon``, one for every such stimulus of the same loop turn."""
         try:
-            out = self.core.handle(stimulus)
+            replies = self.carry_out(self.core.handle(stimulus))
         finally:
+            self.persist() if answered else self.persist_soon()
+        return _reply(replies, stimulus.stimulus_id)
+
+    def persist_soon(self) -> None:
+        """Write the changes at the end of this turn of the event loop, once for all the stimuli
+        handled in it (at once where no loop runs)."""
+        if self._flush_due:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self._flush)
+        except RuntimeError:  # no loop (a unit test driving the runner by hand)
             self.persist()
-        return self.apply(out, stimulus.stimulus_id)
+            return
+        self._flush_due = True
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        self.counters["coalesced_writes"] += 1
+        self.persist()
 
     def apply(self, instructions: list[Any], stimulus_id: str | None = None) -> Any:
         """Carry ``instructions`` out and write the changes; the reply to ``stimulus_id``, if any."""
         replies = self.carry_out(instructions)
         self.persist()
-        for r in replies:
-            if stimulus_id is None or r.stimulus_id == stimulus_id:
-                if r.error is not None:
-                    raise r.error
-                return r.value
-        return None
+        return _reply(replies, stimulus_id)
 
     def carry_out(self, instructions: list[Any]) -> list[Reply]:
         """Do what the core asked, in order; what comes of a placement (or a reservation) goes back
@@ -353,7 +366,7 @@ class JobRunner:
         except Exception as exc:  # the class cannot be loaded here, or Ray refused the options
             self.counters["dispatch_failed"] += 1  # placed, but no instance could be created
             self.handle(InstanceEnded(job_id, b.instance_key, "cannot start",
-                                      invalid=f"cannot start: {type(exc).__name__}: {exc}"))
+                                      invalid=f"cannot start: {type(exc).__name__}: {exc}"), answered=False)
             return
         rec = self.book.jobs.get(job_id)
         if rec is None or rec.binding is None or rec.binding.instance_key != b.instance_key:
@@ -389,54 +402,12 @@ class JobRunner:
             print(f"[fabric.jobs] {key}: {type(exc).__name__}: {exc}")
 
     async def watch(self, job_id: str, key: str, handle: Any, starting: bool) -> None:
-        """Watch one instance until it ends; tell the core what happened."""
-        if starting:
-            try:
-                err = await asyncio.wait_for(handle.__fabric_started__.remote(), START_TIMEOUT_S)
-            except asyncio.TimeoutError:  # the cluster's trouble, not the job's: not counted against its ceiling
-                self.counters["dispatch_failed"] += 1
-                self.launcher.kill(handle)
-                return self._died(job_id, key, True, f"did not come up within {START_TIMEOUT_S:g} s (not counted)")
-            except Exception as exc:  # the instance died before it came up
-                self.counters["dispatch_failed"] += 1
-                fate = self.launcher.death(exc)
-                return self._died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc))
-            if err is not None:
-                kind, message = err
-                self.launcher.kill(handle)
-                return self._died(job_id, key, False, message, invalid=message if kind == "invalid_spec" else None)
-            self.handle(InstanceStarted(job_id, key))
-        rec = self.book.jobs.get(job_id)
-        spec = rec.spec if rec is not None else JobSpec("job")
-        payload = self.payload_of(job_id)
-        has_health = payload is not None and self.launcher.has_health(payload[0])
-        failures = 0
-        while True:
-            watch = handle.__fabric_watch__.remote(min(WATCH_S, spec.health_period_s) if has_health else WATCH_S)
-            try:
-                answer = await watch
-            except Exception as exc:
-                fate = self.launcher.death(exc)
-                if fate is None:  # unavailable for a moment: look again
-                    await asyncio.sleep(0.5)
-                    continue
-                return self._died(job_id, key, fate[1], fate[2])
-            if answer == "stopped":
-                self.launcher.kill(handle)
-                return self._died(job_id, key, False, "stopped")
-            if has_health:
-                try:
-                    await asyncio.wait_for(handle.__fabric_ping__.remote(), spec.health_timeout_s)
-                    failures = 0
-                except Exception:
-                    failures += 1
-                    if failures >= spec.health_failures:
-                        self.launcher.kill(handle)
-                        return self._died(job_id, key, False, f"unhealthy: {failures} health checks failed")
+        """Watch one instance until it ends; tell the core what happened (``actors.job_watch``)."""
+        await watch_instance(self, job_id, key, handle, starting)
 
     def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
         self.handles.pop(key, None)
-        self.handle(InstanceEnded(job_id, key, reason, preempted=preempted, invalid=invalid))
+        self.handle(InstanceEnded(job_id, key, reason, preempted=preempted, invalid=invalid), answered=False)
 
     def soon(self) -> None:
         """Place what is due right after this step, not at the next tick (a recovery waits for
@@ -448,7 +419,7 @@ class JobRunner:
 
     def _place_due(self) -> None:
         try:
-            self.handle(PlacementsDue())
+            self.handle(PlacementsDue(), answered=False)
         except Exception as exc:  # the next tick tries again
             print(f"[fabric.jobs] placing failed: {type(exc).__name__}: {exc}")
 
@@ -587,3 +558,13 @@ class JobRunner:
                 "actor": job_actor_name(job_id, b.instance_key) if running and b else None,
                 "instance_key": b.instance_key if b else None, "node_id": b.node_id if b else None,
                 "call_timeout_s": rec.spec.call_timeout_s}
+
+
+def _reply(replies: list[Reply], stimulus_id: str | None) -> Any:
+    """The value of the reply to ``stimulus_id`` among ``replies`` (its error raised); None when none."""
+    for r in replies:
+        if stimulus_id is None or r.stimulus_id == stimulus_id:
+            if r.error is not None:
+                raise r.error
+            return r.value
+    return None
