@@ -12,7 +12,8 @@ so a fake adapter hands out fake handles. Unit tests give the actors' logic
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import time
+from typing import Any, Callable
 
 import ray
 from ray import cloudpickle
@@ -27,6 +28,10 @@ DRAIN_REASONS = ("IDLE_TERMINATION", "PREEMPTION")
 """What ``drain_node`` takes: Ray's ``DrainNodeReason`` without its ``DRAIN_NODE_REASON_`` prefix
 (never ``UNSPECIFIED``: Ray 2.60's raylet died on it when tried)."""
 _GCS_TIMEOUT_S = 10.0
+SLOTS_READ_EVERY_S = 2.0
+"""``RayAdapter.slots_in_use`` reads Ray's resource table at most this often: the scheduler asks
+every tick, and the two GCS reads were a large part of a busy tick. Well under the 5 s an
+observation vouches for (``fabric.core.scheduling.lease_desk.OBSERVATION_VALID_S``)."""
 
 
 class _Unanswerable(Exception):
@@ -81,10 +86,18 @@ class RayAdapter:
                 return node
         return None
 
+    _slots_read_at = float("-inf")
+    _clock: Callable[[], float] = staticmethod(time.monotonic)
+
     def slots_in_use(self) -> dict[str, int]:
-        """Per alive node id: ``fabric.slots`` in use, as Ray's GCS counts them."""
+        """Per alive node id: ``fabric.slots`` in use, as Ray's GCS counts them, read now; ``{}``
+        (nothing new) when the last read is less than ``SLOTS_READ_EVERY_S`` old."""
         from fabric.rayio.driver import slots_in_use
 
+        now = self._clock()
+        if now - self._slots_read_at < SLOTS_READ_EVERY_S:
+            return {}
+        self._slots_read_at = now
         return slots_in_use()
 
     def current_node_id(self) -> str:
