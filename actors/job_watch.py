@@ -27,7 +27,7 @@ class WatchHost(Protocol):
 
     def payload_of(self, job_id: str) -> tuple[bytes, bytes] | None: ...
 
-    def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None: ...
+    def instance_died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None: ...
 
 WATCH_S = 30.0
 """How long one watch call waits before it returns ``alive`` and is asked again."""
@@ -44,15 +44,15 @@ async def watch_instance(runner: WatchHost, job_id: str, key: str, handle: Any, 
         except asyncio.TimeoutError:  # the cluster's trouble, not the job's: not counted against its ceiling
             runner.counters["dispatch_failed"] += 1
             runner.launcher.kill(handle)
-            return runner._died(job_id, key, True, f"did not come up within {START_TIMEOUT_S:g} s (not counted)")
+            return runner.instance_died(job_id, key, True, f"did not come up within {START_TIMEOUT_S:g} s (not counted)")
         except Exception as exc:  # the instance died before it came up
             runner.counters["dispatch_failed"] += 1
             fate = runner.launcher.death(exc)
-            return runner._died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc))
+            return runner.instance_died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc))
         if err is not None:
             kind, message = err
             runner.launcher.kill(handle)
-            return runner._died(job_id, key, False, message, invalid=message if kind == "invalid_spec" else None)
+            return runner.instance_died(job_id, key, False, message, invalid=message if kind == "invalid_spec" else None)
         runner.handle(InstanceStarted(job_id, key), answered=False)
     rec = runner.book.jobs.get(job_id)
     spec = rec.spec if rec is not None else JobSpec("job")
@@ -68,10 +68,10 @@ async def watch_instance(runner: WatchHost, job_id: str, key: str, handle: Any, 
             if fate is None:  # unavailable for a moment: look again
                 await asyncio.sleep(0.5)
                 continue
-            return runner._died(job_id, key, fate[1], fate[2])
+            return runner.instance_died(job_id, key, fate[1], fate[2])
         if answer == "stopped":
             runner.launcher.kill(handle)
-            return runner._died(job_id, key, False, "stopped")
+            return runner.instance_died(job_id, key, False, "stopped")
         if has_health:
             try:
                 await asyncio.wait_for(handle.__fabric_ping__.remote(), spec.health_timeout_s)
@@ -80,4 +80,4 @@ async def watch_instance(runner: WatchHost, job_id: str, key: str, handle: Any, 
                 failures += 1
                 if failures >= spec.health_failures:
                     runner.launcher.kill(handle)
-                    return runner._died(job_id, key, False, f"unhealthy: {failures} health checks failed")
+                    return runner.instance_died(job_id, key, False, f"unhealthy: {failures} health checks failed")

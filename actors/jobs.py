@@ -405,7 +405,7 @@ class JobRunner:
         """Watch one instance until it ends; tell the core what happened (``actors.job_watch``)."""
         await watch_instance(self, job_id, key, handle, starting)
 
-    def _died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
+    def instance_died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
         self.handles.pop(key, None)
         self.handle(InstanceEnded(job_id, key, reason, preempted=preempted, invalid=invalid), answered=False)
 
@@ -434,7 +434,7 @@ class JobRunner:
             self.launcher.kill(handle)
         # its watch (or its launch, which kills what it created for a job no longer bound to it)
         # sees the end and finds the core has moved on
-        self._died(ins.job_id, ins.binding.instance_key, False, "stopped")
+        self.instance_died(ins.job_id, ins.binding.instance_key, False, "stopped")
 
     # -- events -----------------------------------------------------------------------------------------
     def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> None:
