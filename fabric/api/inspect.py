@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Callable
 from fabric.api import operator_pb2 as pb
 from fabric.api import operator_pb2_grpc as pb_grpc
 from fabric.api.watch import EventsReader, batch_messages, follow_log
+from fabric.api.server import guarded
 from fabric.api.wire import event_message, jsonable, plain
 from fabric.core.errors import InvalidSpecError
 from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
@@ -52,22 +53,6 @@ def job_message(status: Any) -> pb.Job:
     return message
 
 
-def _guarded(fn: Callable) -> Callable:
-    async def rpc(self: "InspectServicer", request: Any, context: Any) -> Any:
-        from fabric.api.server import status_for
-
-        try:
-            return await fn(self, request, context)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # every error becomes a status; none reaches grpc as a crash
-            code, details = status_for(exc)
-        await context.abort(code, details)
-
-    rpc.__name__ = fn.__name__
-    return rpc
-
-
 class InspectServicer(pb_grpc.InspectServicer):
     """Each read as scheduler actor calls on ``scheduler``; ``settings()`` the settings in force;
     ``events_method`` which log reader the scheduler has (``fabric.api.watch.EventsReader``);
@@ -80,33 +65,33 @@ class InspectServicer(pb_grpc.InspectServicer):
         self.events_method = events_method
         self.poll_s = poll_s
 
-    @_guarded
+    @guarded
     async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsReply:
         return pb.ListJobsReply(jobs=[job_message(s) for s in await self.scheduler.job_statuses()])
 
-    @_guarded
+    @guarded
     async def GetJob(self, request: pb.JobIdRequest, context: Any) -> pb.Job:
         return job_message(await self.scheduler.job_status(read_id("job_id", request.job_id)))
 
-    @_guarded
+    @guarded
     async def DrainStatus(self, request: pb.NodeRequest, context: Any) -> pb.DrainStatusReply:
         state = await self.scheduler.drain_status(read_id("node", request.node))
         if state is None:
             return pb.DrainStatusReply(found=False, node_id=request.node)
         return pb.DrainStatusReply(found=True, node_id=str(state.node_id), state_json=jsonable(state))
 
-    @_guarded
+    @guarded
     async def GetMigration(self, request: pb.MigrationIdRequest, context: Any) -> pb.Migration:
         state = await self.scheduler.migration(read_id("migration_id", request.migration_id))
         return pb.Migration(migration_id=str(state.migration_id), state_json=jsonable(state))
 
-    @_guarded
+    @guarded
     async def ListMigrations(self, request: pb.ListMigrationsRequest, context: Any) -> pb.ListMigrationsReply:
         states = await self.scheduler.migrations()
         return pb.ListMigrationsReply(migrations=[pb.Migration(migration_id=str(s.migration_id), state_json=jsonable(s))
                                                   for s in states])
 
-    @_guarded
+    @guarded
     async def ListEvents(self, request: pb.ListEventsRequest, context: Any) -> pb.ListEventsReply:
         limit = int(request.limit) or DEFAULT_PAGE
         if abs(limit) > MAX_PAGE:
@@ -121,7 +106,7 @@ class InspectServicer(pb_grpc.InspectServicer):
             events = events[limit:] if limit < 0 else events[:limit]
         return pb.ListEventsReply(events=[event_message(e) for e in events])
 
-    @_guarded
+    @guarded
     async def GetSettings(self, request: pb.GetSettingsRequest, context: Any) -> pb.SettingsReply:
         import json
 

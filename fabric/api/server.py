@@ -71,8 +71,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {text}"[:2000]
 
 
-def _guarded(fn: Callable) -> Callable:
-    async def rpc(self: "OperatorServicer", request: Any, context: grpc.aio.ServicerContext) -> Any:
+def guarded(fn: Callable) -> Callable:
+    """An RPC method whose every error ends the call with its status (``status_for``), never a crash."""
+
+    async def rpc(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await fn(self, request, context)
         except asyncio.CancelledError:
@@ -104,37 +106,37 @@ class OperatorServicer(pb_grpc.OperatorServicer):
         self.poll_s = poll_s
         self.importer = importer
 
-    @_guarded
+    @guarded
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
         s = self.scheduler
         metrics, nodes, jobs, bundles = await asyncio.gather(s.metrics(), s.nodes(), s.job_statuses(), s.bundle_statuses())
         return pb.StatusReply(node_count=len(nodes), job_count=len(jobs), bundle_count=len(bundles),
                               metrics_json=jsonable(metrics), api=API_VERSION)
 
-    @_guarded
+    @guarded
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesReply:
         return pb.ListNodesReply(nodes=[node_message(r) for r in await self.scheduler.nodes()])
 
-    @_guarded
+    @guarded
     async def Cordon(self, request: pb.NodeRequest, context: Any) -> pb.NodeReply:
         return pb.NodeReply(node_id=str(await self.scheduler.cordon(_node(request))))
 
-    @_guarded
+    @guarded
     async def Uncordon(self, request: pb.NodeRequest, context: Any) -> pb.NodeReply:
         return pb.NodeReply(node_id=str(await self.scheduler.uncordon(_node(request))))
 
-    @_guarded
+    @guarded
     async def Drain(self, request: pb.DrainRequest, context: Any) -> pb.DrainReply:
         timeout_s = request.timeout_s if request.HasField("timeout_s") else None
         state = await self.scheduler.drain_jobs(_node(request), timeout_s, request.force, request.strategy or None)
         return pb.DrainReply(node_id=str(getattr(state, "node_id", "") or request.node), state_json=jsonable(state))
 
-    @_guarded
+    @guarded
     async def Evict(self, request: pb.NodeRequest, context: Any) -> pb.EvictReply:
         stopped = await self.scheduler.evict(_node(request))
         return pb.EvictReply(node_id=request.node, job_ids=[str(j) for j in stopped])
 
-    @_guarded
+    @guarded
     async def NotifyInterruption(self, request: pb.NotifyInterruptionRequest, context: Any) -> pb.DrainReply:
         deadline = request.deadline_epoch if request.HasField("deadline_epoch") else None
         state = await self.scheduler.handle_node_interruption(_node(request), request.kind or "spot-interruption", deadline)
@@ -151,39 +153,39 @@ class OperatorServicer(pb_grpc.OperatorServicer):
         written = await (self.scheduler.update_bundle(blob) if update else self.scheduler.create_bundle(blob))
         return pb.BundleReply(status=bundle_status_message(written))
 
-    @_guarded
+    @guarded
     async def CreateBundle(self, request: pb.BundleWriteRequest, context: Any) -> pb.BundleReply:
         return await self._write_bundle(request, update=False)
 
-    @_guarded
+    @guarded
     async def UpdateBundle(self, request: pb.BundleWriteRequest, context: Any) -> pb.BundleReply:
         return await self._write_bundle(request, update=True)
 
-    @_guarded
+    @guarded
     async def DeleteBundle(self, request: pb.BundleIdRequest, context: Any) -> pb.BundleReply:
         return pb.BundleReply(status=bundle_status_message(await self.scheduler.delete_bundle(request.bundle_id)))
 
-    @_guarded
+    @guarded
     async def GetBundle(self, request: pb.BundleIdRequest, context: Any) -> pb.BundleReply:
         return pb.BundleReply(status=bundle_status_message(await self.scheduler.bundle_status(request.bundle_id)))
 
-    @_guarded
+    @guarded
     async def ListBundles(self, request: pb.ListBundlesRequest, context: Any) -> pb.ListBundlesReply:
         return pb.ListBundlesReply(bundles=[bundle_status_message(s) for s in await self.scheduler.bundle_statuses()])
 
-    @_guarded
+    @guarded
     async def Explain(self, request: pb.ExplainRequest, context: Any) -> pb.ExplainReply:
         out = await self.scheduler.explain(requirement_from_json(request.requirement_json), None, request.verbose)
         text = out.get("text", "") if isinstance(out, dict) else getattr(out, "text", "")
         return pb.ExplainReply(text=str(text or ""), explain_json=jsonable(out))
 
-    @_guarded
+    @guarded
     async def Migrate(self, request: pb.MigrateRequest, context: Any) -> pb.MigrateReply:
         mid = await self.scheduler.migrate_job(request.job_id, request.strategy or None, request.target_node or None,
                                                request.override_reservation)
         return pb.MigrateReply(migration_id=str(mid))
 
-    @_guarded
+    @guarded
     async def AbortMigration(self, request: pb.AbortMigrationRequest, context: Any) -> pb.AbortMigrationReply:
         state = await self.scheduler.abort_migration(request.migration_id, request.reason)
         return pb.AbortMigrationReply(migration_id=request.migration_id, state_json=jsonable(state))
@@ -344,4 +346,4 @@ async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1
     return server, bound
 
 
-__all__ = ["API_VERSION", "EVENT_BATCH", "EventsReader", "OPEN_SERVICES", "OperatorServicer", "SERVICE_NAMES", "open_method", "TokenInterceptor", "bearer_ok", "serve", "status_for"]
+__all__ = ["API_VERSION", "EVENT_BATCH", "EventsReader", "OPEN_SERVICES", "OperatorServicer", "SERVICE_NAMES", "open_method", "TokenInterceptor", "bearer_ok", "guarded", "serve", "status_for"]
