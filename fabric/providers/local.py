@@ -51,6 +51,9 @@ from fabric.providers.base import NO_TAGS, ProviderError, ProvisionedNode
 from fabric.providers.local_args import (  # noqa: F401 - the argument builders, re-exported where they always were
     NodeArgs, find_ray, node_args, profile_for, profile_problems, ray_start_args, tag_labels,
 )
+from fabric.providers.sessions import (  # the session helpers, under the names this module always used
+    exited as _exited, gone as _gone, signal_session as _signal_session, stop_session,
+)
 
 __all__ = ["LocalProvider", "sweep", "PID_SUFFIX", "profile_problems", "NodeArgs", "node_args", "ray_start_args", "profile_for", "tag_labels", "find_ray",
            "INSTANCE_LABEL", "SPARE_LABEL", "PROVIDER_LABEL", "SHAPE_LABEL"]
@@ -88,26 +91,7 @@ def _loopback_host(address: str) -> str | None:
         return None
 
 
-# -- sessions we started -----------------------------------------------------------------------------------
-def _exited(pid: int) -> bool:
-    """Whether our child ``pid`` has ended, without reaping it: while it is an unreaped zombie its
-    pid, hence its session and process group id, cannot be reused, so signalling them stays safe."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _gone(pid: int) -> bool:
-    """Whether an adopted ``pid`` (not our child: a process an earlier provider started) has ended."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
-
-
+# -- sessions we started ---------------------------------------------------------------------------------
 def _ray_start_leader(pid: int) -> bool:
     """Whether ``pid`` still leads a session of its own and runs ``ray start`` (a child a provider
     started, not a recycled pid)."""
@@ -140,45 +124,6 @@ class _Adopted:
 
 def _ended(proc: Any) -> bool:
     return _gone(proc.pid) if isinstance(proc, _Adopted) else _exited(proc.pid)
-
-
-def _wait_exited(pid: int, timeout_s: float, ended: Callable[[int], bool] | None = None) -> bool:
-    ended = ended or _exited
-    deadline = time.monotonic() + timeout_s
-    while not ended(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _session_members(sid: int) -> builtins.list[int]:
-    """The live (not zombie) processes of session ``sid`` other than its leader."""
-    import psutil
-
-    out = []
-    for pid in psutil.pids():
-        try:
-            if pid != sid and os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            pass
-    return out
-
-
-def _signal_session(sid: int, sig: int) -> None:
-    """Send ``sig`` to every process of the session ``sid`` our child leads: its process group and
-    the groups its descendants made inside the session (Ray puts some workers in groups of their
-    own). Only processes whose session id is ``sid`` are signalled."""
-    try:
-        os.killpg(sid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in _session_members(sid):
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 PID_SUFFIX = ".pid"
@@ -495,17 +440,9 @@ class LocalProvider:
         ended = _gone if isinstance(child.proc, _Adopted) else _exited
         with child.lock:
             if child.proc.returncode is None:
-                if not ended(pid):
-                    _signal_session(pid, signal.SIGTERM)
-                    if not _wait_exited(pid, self.stop_grace_s if grace_s is None else grace_s, ended):
-                        _signal_session(pid, signal.SIGKILL)
-                        _wait_exited(pid, 30.0, ended)
-                # The leader is now an unreaped zombie, so its session id is still ours: sweep what
-                # is left of the session (Ray's reaper, a worker slow to exit) before reaping it.
-                _signal_session(pid, signal.SIGKILL)
-                deadline = time.monotonic() + 5.0
-                while _session_members(pid) and time.monotonic() < deadline:  # SIGKILLed, not yet gone
-                    time.sleep(0.02)
+                # The leader ends as an unreaped zombie, so its session id stays ours while what is
+                # left of the session (Ray's reaper, a worker slow to exit) is swept before reaping it.
+                stop_session(pid, self.stop_grace_s if grace_s is None else grace_s, ended)
                 try:
                     child.proc.wait(timeout=30.0)
                 except subprocess.TimeoutExpired:  # not ended even after SIGKILL: leave it listed
