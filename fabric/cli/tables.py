@@ -11,7 +11,10 @@ import argparse
 import re
 import shutil
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 __all__ = ["ELLIPSIS", "NARROW", "add_width_flag", "ago", "clip", "fit_lines", "gpus_cell", "output_width", "render_table"]
 
@@ -50,8 +53,8 @@ def clip(text: Any, width: int) -> str:
 
 def render_table(header: Sequence[str], body: Sequence[Sequence[Any]], width: int | None, *, right: Sequence[str] = (),
                  shrink: dict[str, int] | None = None, drop: Sequence[str] = ()) -> tuple[list[str], list[str]]:
-    """A plain table (no colours, no box): the header line, then one line per row, columns
-    separated by two spaces. Returns the lines and the columns left out.
+    """A plain table (no colours, no box) drawn by ``rich``: the header line, then one line per
+    row, columns separated by two spaces. Returns the lines and the columns left out.
 
     ``width`` None: every cell whole. Otherwise each line fits ``width`` cells, in this order of
     resort: two spaces between columns; one; then (one space) the ``shrink`` columns (name -> least width, never
@@ -84,16 +87,50 @@ def render_table(header: Sequence[str], body: Sequence[Sequence[Any]], width: in
         shown = [i for i, h in enumerate(header) if h not in drop]
         layout = (shown, [natural[i] for i in shown], 1)
     shown, widths, gap = layout
-    lines = []
-    for row in [list(header), *cells]:
-        parts = []
-        for i, w in zip(shown, widths):
-            text = clip(row[i], w)
-            pad = " " * (w - cell_len(text))
-            parts.append(pad + text if header[i] in right else text + pad)
-        line = (" " * gap).join(parts).rstrip()
-        lines.append(clip(line, width) if width is not None else line)
+    rows = [[row[i] for i in shown] for row in [list(header), *cells]]
+    lines = _draw(rows, widths, gap, [header[i] in right for i in shown])
+    if width is not None:
+        lines = [clip(line, width) for line in lines]
     return lines, [h for i, h in enumerate(header) if i not in shown]
+
+
+def _draw(rows: list[list[str]], widths: list[int], gap: int, right: list[bool]) -> list[str]:
+    """``rows`` (the header first) drawn by a ``rich.table.Table``: no box, no styles, ``gap``
+    spaces between columns, each column exactly its width (cells clipped to it first, so rich never
+    cuts one), right-justified where ``right`` says; trailing spaces stripped."""
+    if not widths:  # every column left out: an empty line per row
+        return [""] * len(rows)
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, show_header=True, header_style=None, show_edge=False, pad_edge=False, padding=(0, gap, 0, 0),
+                  expand=False, highlight=False)
+    for w, r in zip(widths, right):
+        table.add_column(width=w, justify="right" if r else "left", no_wrap=True, overflow="crop")
+    header, *body = [[_cell(clip(c, w), w, r) for c, w, r in zip(row, widths, right)] for row in rows]
+    for column, cell in zip(table.columns, header):
+        column.header = cell
+    for row in body:
+        table.add_row(*row)
+    out = io.StringIO()
+    console = Console(file=out, width=sum(widths) + gap * len(widths) + 1, color_system=None, no_color=True, highlight=False,
+                      markup=False, emoji=False, force_terminal=False, force_jupyter=False, force_interactive=False,
+                      soft_wrap=False, legacy_windows=False)
+    console.print(table)
+    return [line.rstrip() for line in out.getvalue().split("\n")[:len(rows)]]
+
+
+def _cell(text: str, width: int, right: bool) -> Text:
+    """One clipped cell as rich text. Rich's right-justify drops a cell's trailing spaces; such a
+    cell (a control character at its end became a space) is padded here and left as it is."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    if right and text != text.rstrip():
+        return Text(" " * (width - cell_len(text)) + text, justify="default", end="")
+    return Text(text, end="")
 
 
 def _squeeze(widths: list[int], least: list[int | None], order: list[int], room: int) -> list[int]:
