@@ -19,6 +19,10 @@ and refuses (exit 1, nothing started, one line each) a missing or wrong token or
 differs. Its token (``--token-file FILE``, else Ray's own sources) reaches ``ray start`` through the
 environment, never its command line.
 
+``join --supervise`` stays in the foreground and keeps the node in the fleet: it runs ``ray start
+--block`` as a child and starts a new node when that one exits, or is dead to the head while its
+raylet runs on (``fabric.cli.supervise``).
+
 ``fabric status`` is ``fabric.cli.status_cmd``'s (its ``status_rows`` and ``format_status_table``
 are still importable from here). The table helpers it prints with are ``fabric.cli.tables``'s and ``parse_address`` is
 ``fabric.cli.connect``'s (both still importable from here), so neither of those imports a command.
@@ -73,6 +77,15 @@ def add_parser(subparsers: Any) -> None:
                            help="a copy of the head's cluster token (its ~/.ray/auth_token): given to ray start through "
                                 "the environment (default: RAY_AUTH_TOKEN, else RAY_AUTH_TOKEN_PATH's file, else "
                                 "~/.ray/auth_token)")
+            p.add_argument("--supervise", action="store_true",
+                           help="stay in the foreground (implies --block) and keep this node in the fleet: start a new "
+                                "node when ray start or its raylet exits, or when the head says the node is dead while its "
+                                "raylet still runs (after a long network cut), with a bounded backoff; SIGTERM stops it")
+            p.add_argument("--api", metavar="HOST:PORT",
+                           help="with --supervise: also restart the node when the fleet (the operator API at HOST:PORT) "
+                                "no longer lists it (default: $FABRIC_API when set)")
+            p.add_argument("--api-token-file", metavar="FILE",
+                           help="with --api: a file holding the operator API's token (default: $FABRIC_API_TOKEN)")
         else:
             p.add_argument("--port", type=int, metavar="PORT", help="GCS port of the new head (Ray's default: 6379)")
             p.add_argument("--dashboard-host", metavar="HOST",
@@ -176,6 +189,15 @@ def _refuse(command: str, message: str, code: int = EXIT_USAGE) -> int:
 def run_start(args: argparse.Namespace) -> int:
     command = args.command_name
     extra = [a for a in (args.ray_args or []) if a != "--"] if args.ray_args else []
+    supervised = bool(getattr(args, "supervise", False))
+    if supervised and "--block" not in extra:
+        extra.append("--block")
+    api = (getattr(args, "api", None) or os.environ.get("FABRIC_API", "").strip() or None) if supervised else None
+    if api is not None:
+        try:
+            parse_address(api)
+        except ValueError as exc:
+            return _refuse(command, f"--api: {exc}")
     ray = find_ray(args.ray)
     if ray is None:
         where = f"at {args.ray!r}" if args.ray else "next to this Python or on PATH"
@@ -225,6 +247,11 @@ def run_start(args: argparse.Namespace) -> int:
             return 1
         run_env = {k: v for k, v in {**run_env, **verdict.env}.items() if k not in verdict.unset}
     gcs = f"{ip or '127.0.0.1'}:{getattr(args, 'port', None) or 6379}"
+    if supervised and address is not None:
+        from fabric.cli.supervise import supervise
+
+        token = join_token(os.environ, Path.home(), args.token_file).token
+        return supervise(argv, run_env, address, token, api=api, api_token_file=getattr(args, "api_token_file", None))
     if "--block" in extra:
         if address is None:  # the versions are recorded once the head answers, by a helper that outlives this exec
             subprocess.Popen([sys.executable, "-m", "fabric.cli.join_checks", "record", gcs], env=run_env,

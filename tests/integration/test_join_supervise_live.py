@@ -1,0 +1,144 @@
+"""``fabric join --supervise`` for real: a head started by ``fabric start-head`` (token auth on, fast
+health checks), a node joined under supervision, and the node brought back each time it is lost:
+
+- its raylet frozen (SIGSTOP) until the head declares the node dead, then left running: the orphan a
+  long network cut leaves; the supervisor stops it by its session and starts a new node;
+- its raylet killed: ``ray start --block`` ends, and a new node starts;
+- SIGTERM to the supervisor: it stops its node and exits 0, nothing of the node's session left.
+
+Every process is ours and stopped by pid (never ``ray stop``); the head listens on 127.0.0.2 and
+each ``HOME`` is a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fabric.cli.join_checks import HeadSeam  # noqa: E402
+from fabric.testing.local import free_port  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+IP = "127.0.0.2"
+FAST = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500}
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    env.update(RAY_AUTH_MODE="token", RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="2", **extra)
+    return env
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def wait_for(what: str, check, log: Path, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}\n{log.read_text(errors='replace')[-4000:]}")
+
+
+def session_alive(sid: int) -> list[int]:
+    import psutil
+
+    out = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("supervise")
+    token = secrets.token_hex(16)
+    token_file = folder / "cluster_token"
+    token_file.write_text(token)
+    port = free_port()
+    log = folder / "head.log"
+    argv = [sys.executable, "-m", "fabric", "start-head", "--profile", "cpu-only-box", "--name", "supervise-head",
+            "--port", str(port), "--node-ip-address", IP, "--", "--num-cpus=1", f"--dashboard-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--metrics-export-port={free_port()}", f"--system-config={json.dumps(FAST)}", "--block"]
+    home = folder / "home"
+    home.mkdir()
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                env=base_env(RAY_AUTH_TOKEN_PATH=str(token_file), HOME=str(home)))
+    gcs = f"{IP}:{port}"
+    try:
+        wait_for("the head", lambda: HeadSeam().ask(gcs, token) == "ok" and HeadSeam().kv_get(gcs, token)[1], log)
+        yield gcs, token, token_file, folder
+    finally:
+        stop(proc)
+
+
+def test_a_supervised_node_comes_back_after_it_is_dead_to_the_head_or_its_raylet_dies_and_stops_on_sigterm(head):
+    gcs, token, token_file, folder = head
+    home = folder / "node-home"
+    home.mkdir()
+    log = folder / "supervise.log"
+    argv = [sys.executable, "-m", "fabric", "join", "--supervise", "--address", gcs, "--profile", "edge-relay",
+            "--name", "supervised", "--token-file", str(token_file), "--", f"--node-ip-address={IP}", "--num-cpus=1",
+            f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}"]
+    with log.open("w") as out:
+        sup = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=base_env(HOME=str(home)),
+                               start_new_session=True)
+    seam = HeadSeam()
+
+    def up(n: int) -> tuple[str, int] | None:
+        found = re.findall(r"node ([0-9a-f]+) is alive \(raylet pid (\d+)\)", log.read_text(errors="replace"))
+        return (found[n - 1][0], int(found[n - 1][1])) if len(found) >= n else None
+
+    try:
+        first, raylet = wait_for("the supervised node", lambda: up(1), log)
+        assert seam.node_state(gcs, token, first) == "alive"
+
+        # A raylet that runs on after the head declared its node dead: frozen past the health checks.
+        os.kill(raylet, signal.SIGSTOP)
+        wait_for("the head to declare the node dead", lambda: seam.node_state(gcs, token, first) == "dead", log)
+        second, raylet2 = wait_for("a new node after the orphan", lambda: up(2), log, timeout_s=120)
+        assert second != first and seam.node_state(gcs, token, second) == "alive"
+        text = log.read_text(errors="replace")
+        assert f"the head's node table says node {first} is dead while its raylet (pid {raylet}) still runs" in text
+        assert not os.path.exists(f"/proc/{raylet}")  # the orphan was stopped, not left frozen
+
+        # A raylet killed: ray start --block ends with it, and a new node starts.
+        os.kill(raylet2, signal.SIGKILL)
+        third, _ = wait_for("a new node after the raylet died", lambda: up(3), log, timeout_s=120)
+        assert third not in (first, second) and seam.node_state(gcs, token, third) == "alive"
+        assert "restart 2)" in log.read_text(errors="replace")
+    finally:
+        starts = [int(p) for p in re.findall(r"started ray start --block \(pid (\d+)\)", log.read_text(errors="replace"))]
+        stop(sup)
+    assert sup.returncode == 0, log.read_text(errors="replace")[-3000:]
+    assert log.read_text(errors="replace").rstrip().endswith("fabric join --supervise: stopped")
+    assert starts and all(not session_alive(pid) for pid in starts)
+    wait_for("the head to see the node go", lambda: seam.node_state(gcs, token, third) == "dead", log, timeout_s=30)
