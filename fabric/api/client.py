@@ -27,8 +27,8 @@ from typing import Callable, Iterator, Mapping, TypeVar, cast
 
 import grpc
 
-from fabric.api import operator_pb2 as pb
-from fabric.api import operator_pb2_grpc as pb_grpc
+from fabric.api import inspect_pb2 as pb  # the Inspect messages and, imported publicly, the Operator ones
+from fabric.api import inspect_pb2_grpc, operator_pb2_grpc
 from fabric.api import readers
 from fabric.core.errors import FabricError
 from fabric.core.jobs.book import JobStatus
@@ -117,8 +117,8 @@ class ApiClient:
         self.token = token
         self.timeout_s = timeout_s
         self._channel = channel or grpc.insecure_channel(address)
-        self._ops = pb_grpc.OperatorStub(self._channel)
-        self._inspect = pb_grpc.InspectStub(self._channel)
+        self._ops = operator_pb2_grpc.OperatorStub(self._channel)
+        self._inspect = inspect_pb2_grpc.InspectStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token.value}"),)
 
     def close(self) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator, Callable
 
-from fabric.api import operator_pb2 as pb
-from fabric.api import operator_pb2_grpc as pb_grpc
+from fabric.api import inspect_pb2 as pb  # the Inspect messages and, imported publicly, the Operator ones
+from fabric.api import inspect_pb2_grpc as pb_grpc
 from fabric.api.watch import EventsReader, batch_messages, follow_log
 from fabric.api.server import guarded
 from fabric.api.wire import event_message, jsonable, plain

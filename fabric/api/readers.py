@@ -14,7 +14,7 @@ import dataclasses
 import json
 from typing import Any
 
-from fabric.api import operator_pb2 as pb
+from fabric.api import inspect_pb2 as pb  # the Inspect messages and, imported publicly, the Operator ones
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.jobs.book import Binding, JobStatus
 from fabric.core.jobs.drains import DrainJob, DrainState, JobDrainStatus, NodeDrainPhase, NodeInterruptionState

@@ -303,7 +303,7 @@ HEALTH_SERVICE = "grpc.health.v1.Health"
 REFLECTION_SERVICES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 OPEN_SERVICES = (HEALTH_SERVICE, *REFLECTION_SERVICES)
 """Services answered without a token: the standard health check (for probes and load balancers) and
-server reflection (the services' schema, as shipped in ``operator.proto``). Neither reads nor
+server reflection (the services' schema, as shipped in ``operator.proto`` and ``inspect.proto``). Neither reads nor
 changes the fabric."""
 SERVICE_NAMES = ("fabric.operator.v1.Operator", "fabric.operator.v1.Inspect")
 
@@ -323,13 +323,14 @@ async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
     from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
+    from fabric.api import inspect_pb2_grpc
     from fabric.api.inspect import InspectServicer
 
     server = grpc.aio.server(interceptors=[TokenInterceptor(token)], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
     pb_grpc.add_OperatorServicer_to_server(OperatorServicer(scheduler, events_method=events_method, poll_s=poll_s), server)
-    pb_grpc.add_InspectServicer_to_server(InspectServicer(scheduler, settings, events_method=events_method, poll_s=poll_s),
-                                          server)
+    inspect_pb2_grpc.add_InspectServicer_to_server(
+        InspectServicer(scheduler, settings, events_method=events_method, poll_s=poll_s), server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, HEALTH_SERVICE, reflection.SERVICE_NAME), server)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator, Iterable, Iterator, Literal, Mapping
 
-from fabric.api import operator_pb2 as pb
+from fabric.api import inspect_pb2 as pb  # the Inspect messages and, imported publicly, the Operator ones
 from fabric.api.wire import event_json
 from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
 

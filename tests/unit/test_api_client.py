@@ -14,8 +14,8 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from fabric.api import operator_pb2 as pb
-from fabric.api import operator_pb2_grpc as pb_grpc
+from fabric.api import inspect_pb2 as pb
+from fabric.api import inspect_pb2_grpc as pb_grpc
 from fabric.api.client import ApiClient, ApiRefused, ApiToken, ApiTokenError, ApiUnreachable, requirement_json, token_from
 from fabric.api.server import serve
 from fabric.core.errors import FabricError, JobNotFoundError, NodeNotFoundError

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from fabric.api import operator_pb2 as pb
-from fabric.api import operator_pb2_grpc as pb_grpc
+from fabric.api import inspect_pb2 as pb
+from fabric.api import inspect_pb2_grpc as pb_grpc
 from fabric.api.client import ApiClient, ApiToken, ApiTokenError
 from fabric.api.server import serve
 from fabric.api.watch import EVENT_BATCH, batch_messages
