@@ -6,7 +6,8 @@ the head like the scheduler. It runs its own asyncio event loop in a thread and 
 - gRPC ``fabric.operator.v1.Operator`` and ``fabric.operator.v1.Inspect`` (``fabric.api.server``,
   with the standard health service and server reflection) on ``api.host:api.port``, each RPC a
   call of the scheduler actor's methods through its ``AsyncSchedulerClient`` (``GetSettings``
-  answers the settings the actor was started with);
+  answers the settings the actor was started with; ``ListPools`` adds each pool's hot spares, asked of
+  the spare reconcilers ``fabric.spares.<pool>``);
 - the read-only JSON view ``GET /api/capabilities/nodes`` (``fabric.api.http_view.make_app``) on
   ``api.host:api.http_port``.
 
@@ -29,13 +30,14 @@ import ray
 
 from fabric.api.token import ensure_token, read_token, token_path
 from fabric.core.errors import SettingsError, SettingsProblem
-from fabric.core.names import NAMESPACE, SCHEDULER
+from fabric.core.names import NAMESPACE, SCHEDULER, SPARES_PREFIX
 from fabric.core.scheduler_api import AsyncSchedulerApi
 from fabric.core.settings import FabricSettings
 from fabric.core.settings_api import ApiSettings, is_loopback, remote_refusal
 from fabric.rayio.scheduler_client import AsyncSchedulerClient
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fabric.api.inspect import SparesReader
     from fabric.api.server import EventsReader
 
 START_TIMEOUT_S = 30.0
@@ -59,16 +61,28 @@ def events_method() -> EventsReader:
     return "events" if callable(getattr(Scheduler, "events", None)) else "job_events"
 
 
+async def spares_status() -> list[dict[str, Any]]:
+    """Each running spare reconciler's ``status()`` (``fabric.spares.<pool>``), by name: what
+    ``FabricHandle.spares`` answers a driver, for the API's ``ListPools``."""
+    from ray.util import list_named_actors
+
+    found = await asyncio.to_thread(list_named_actors, all_namespaces=True)
+    names = sorted(a["name"] for a in found if a.get("namespace") == NAMESPACE and a["name"].startswith(SPARES_PREFIX))
+    return [await ray.get_actor(n, namespace=NAMESPACE).status.remote() for n in names]
+
+
 async def start_servers(scheduler: AsyncSchedulerApi, api: ApiSettings, token: str, *, events: EventsReader = "job_events",
-                        poll_s: float = 0.2, settings: Callable[[], FabricSettings] | None = None
-                        ) -> tuple[dict[str, str | None], list[Callable]]:
+                        poll_s: float = 0.2, settings: Callable[[], FabricSettings] | None = None,
+                        spares: SparesReader | None = None) -> tuple[dict[str, str | None], list[Callable]]:
     """Start the gRPC server (and the JSON view when ``fabric.api.http_view`` is there) on the running
     loop: their addresses ``{"grpc": "host:port", "http": "host:port" | None}`` and their stoppers.
-    ``settings``: the settings in force, for the API's ``GetSettings``."""
+    ``settings``: the settings in force, for the API's ``GetSettings`` and ``ListPools``; ``spares``:
+    the hot spares' status, for ``ListPools``."""
     refuse_remote(api)
     from fabric.api.server import serve
 
-    server, port = await serve(scheduler, token, api.host, api.port, events_method=events, poll_s=poll_s, settings=settings)
+    server, port = await serve(scheduler, token, api.host, api.port, events_method=events, poll_s=poll_s, settings=settings,
+                               spares=spares)
     stoppers: list[Callable] = [lambda: server.stop(1.0)]
     addresses: dict[str, str | None] = {"grpc": _hostport(api.host, port), "http": None}
     try:
@@ -114,7 +128,7 @@ class Operator:
             events = events_method() if scheduler is None else "job_events"
             self._addresses, self._stoppers = self._run(
                 start_servers(self._scheduler, self.settings.api, self._token, events=events, poll_s=poll_s,
-                              settings=self._settings))
+                              settings=self._settings, spares=spares_status if scheduler is None else None))
         except Exception as exc:  # kept: address() raises it (up() reports it); the actor stays up
             self._error = exc
             print(f"[fabric.operator] the operator API did not start: {type(exc).__name__}: {exc}")
@@ -176,4 +190,4 @@ class OperatorActor(Operator):
     """``Operator`` as the detached, named Ray actor (``fabric.operator``)."""
 
 
-__all__ = ["Operator", "OperatorActor", "events_method", "refuse_remote", "start_servers"]
+__all__ = ["Operator", "OperatorActor", "events_method", "refuse_remote", "spares_status", "start_servers"]

@@ -6,7 +6,7 @@ the commands call (``nodes``, ``job_statuses``, ``job_status``, ``events``, ``co
 ``migration``, ``migrations``, ``explain``, ``metrics``) over gRPC, and ``watch_events``, the
 log as it grows (the ``WatchEventBatches`` stream; ``fabric events --follow`` reads it), answering the same types the scheduler answers through Ray (read back by
 ``fabric.api.readers``), plus the few ``FabricHandle`` names the commands use (``jobs``,
-``records``, ``drain``, ``settings_in_force``), so a command renders either transport's answer
+``records``, ``drain``, ``settings_in_force``) and ``pools`` (``fabric pools``' view), so a command renders either transport's answer
 with the same code.
 
 Errors: a refused request (bad input, an unknown node or job, a refused move) raises
@@ -284,6 +284,14 @@ class ApiClient:
 
     def settings_in_force(self) -> FabricSettings:
         return readers.settings(self._call(self._inspect.GetSettings, pb.GetSettingsRequest()))
+
+    def pools(self) -> dict[str, object]:
+        """The pools view ``fabric pools`` prints (``ListPools``): the same dict the Ray path builds
+        (``fabric.api.pools.pools_view``): pools with their tiers and hot spares, prospective nodes,
+        spare provisions in flight, provider instances."""
+        from fabric.api.pools import view_from_message
+
+        return view_from_message(self._call(self._inspect.ListPools, pb.ListPoolsRequest()))
 
     def check(self) -> None:
         """One cheap authenticated call (``Status``): raises what a command would, before it starts."""

@@ -3,7 +3,9 @@
 ``InspectServicer(scheduler, settings)`` answers what a ``fabric --api HOST:PORT`` command reads
 besides nodes: the jobs (``ListJobs``, ``GetJob``), a node's drain (``DrainStatus``), the
 migrations (``GetMigration``, ``ListMigrations``), one page of the event log (``ListEvents``) and
-the settings in force (``GetSettings``). Each RPC is one call of the scheduler actor's methods on
+the settings in force (``GetSettings``), and the pools view (``ListPools``: ``fabric.api.pools``,
+from the scheduler's fleet and provisions, the settings and ``spares``, the spare reconcilers'
+status). Each RPC is one call of the scheduler actor's methods on
 ``scheduler`` (an ``AsyncSchedulerApi``), by name in code; ``WatchEventBatches`` streams the log
 after a number in batches (``fabric.api.watch``: one scheduler call reads up to 1,000 events, and
 all a read found travel as one ``EventBatch``); the settings come from ``settings``
@@ -15,10 +17,11 @@ guards every call.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from fabric.api import inspect_pb2 as pb  # the Inspect messages and, imported publicly, the Operator ones
 from fabric.api import inspect_pb2_grpc as pb_grpc
+from fabric.api.pools import pools_message, pools_view
 from fabric.api.watch import EventsReader, batch_messages, follow_log
 from fabric.api.server import guarded
 from fabric.api.wire import event_message, jsonable, plain
@@ -27,7 +30,15 @@ from fabric.core.scheduler_api import AsyncSchedulerApi, FabricEvent
 from fabric.core.scheduling.messages import read_id
 from fabric.core.settings import FabricSettings
 
-__all__ = ["DEFAULT_PAGE", "InspectServicer", "job_message"]
+__all__ = ["DEFAULT_PAGE", "InspectServicer", "SparesReader", "job_message", "no_spares"]
+
+SparesReader = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
+"""Each pool's hot-spare status (its reconciler's ``status()``), awaited."""
+
+
+async def no_spares() -> list[dict[str, Any]]:
+    """No hot spares known (a server without reconcilers to ask)."""
+    return []
 
 DEFAULT_PAGE = 1000
 """``ListEvents``'s page when the request's ``limit`` is 0."""
@@ -56,12 +67,14 @@ def job_message(status: Any) -> pb.Job:
 class InspectServicer(pb_grpc.InspectServicer):
     """Each read as scheduler actor calls on ``scheduler``; ``settings()`` the settings in force;
     ``events_method`` which log reader the scheduler has (``fabric.api.watch.EventsReader``);
-    ``poll_s`` how often ``WatchEventBatches`` reads the log once it has caught up."""
+    ``poll_s`` how often ``WatchEventBatches`` reads the log once it has caught up; ``spares`` the
+    hot spares' status, for ``ListPools``."""
 
     def __init__(self, scheduler: AsyncSchedulerApi, settings: Callable[[], FabricSettings] | None = None, *,
-                 events_method: EventsReader = "job_events", poll_s: float = 0.2) -> None:
+                 events_method: EventsReader = "job_events", poll_s: float = 0.2, spares: SparesReader = no_spares) -> None:
         self.scheduler = scheduler
         self.settings = settings or FabricSettings
+        self.spares = spares
         self.events_method = events_method
         self.poll_s = poll_s
 
@@ -111,6 +124,12 @@ class InspectServicer(pb_grpc.InspectServicer):
         import json
 
         return pb.SettingsReply(settings_json=json.dumps(plain(self.settings().model_dump(mode="json"))))
+
+    @guarded
+    async def ListPools(self, request: pb.ListPoolsRequest, context: Any) -> pb.PoolsReply:
+        nodes = await self.scheduler.nodes()
+        provisions = await self.scheduler.provisions()
+        return pools_message(pools_view(self.settings(), nodes, provisions, await self.spares()))
 
     async def WatchEventBatches(self, request: pb.WatchEventsRequest, context: Any) -> AsyncIterator[pb.EventBatch]:
         """The log after ``since`` (of ``kinds`` only when given), then new events as they come: every

@@ -77,6 +77,11 @@ class InspectStub:
                 request_serializer=fabric_dot_api_dot_operator__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=fabric_dot_api_dot_inspect__pb2.EventBatch.FromString,
                 _registered_method=True)
+        self.ListPools = channel.unary_unary(
+                '/fabric.operator.v1.Inspect/ListPools',
+                request_serializer=fabric_dot_api_dot_inspect__pb2.ListPoolsRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_inspect__pb2.PoolsReply.FromString,
+                _registered_method=True)
 
 
 class InspectServicer:
@@ -142,6 +147,14 @@ class InspectServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPools(self, request, context):
+        """The pools as the scheduler sees them (`fabric pools`, the second half of `fabric status`): each
+        pool's tiers and hot spares, the prospective nodes and the spare provisions in flight.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InspectServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -184,6 +197,11 @@ def add_InspectServicer_to_server(servicer, server):
                     servicer.WatchEventBatches,
                     request_deserializer=fabric_dot_api_dot_operator__pb2.WatchEventsRequest.FromString,
                     response_serializer=fabric_dot_api_dot_inspect__pb2.EventBatch.SerializeToString,
+            ),
+            'ListPools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPools,
+                    request_deserializer=fabric_dot_api_dot_inspect__pb2.ListPoolsRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_inspect__pb2.PoolsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -404,6 +422,33 @@ class Inspect:
             '/fabric.operator.v1.Inspect/WatchEventBatches',
             fabric_dot_api_dot_operator__pb2.WatchEventsRequest.SerializeToString,
             fabric_dot_api_dot_inspect__pb2.EventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Inspect/ListPools',
+            fabric_dot_api_dot_inspect__pb2.ListPoolsRequest.SerializeToString,
+            fabric_dot_api_dot_inspect__pb2.PoolsReply.FromString,
             options,
             channel_credentials,
             insecure,

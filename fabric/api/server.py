@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import pickle
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import grpc
 
@@ -39,6 +39,9 @@ from fabric.core.errors import (
 from fabric.core.scheduler_api import AsyncSchedulerApi
 from fabric.core.scheduling.messages import read_id
 from fabric.core.settings import FabricSettings
+
+if TYPE_CHECKING:  # pragma: no cover - fabric.api.inspect imports this module
+    from fabric.api.inspect import SparesReader
 
 API_VERSION = "fabric.operator.v1"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -315,22 +318,23 @@ def open_method(method: str) -> bool:
 
 async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1", port: int = 0, *,
                 events_method: EventsReader = "job_events", poll_s: float = 0.2,
-                settings: Callable[[], FabricSettings] | None = None) -> tuple[grpc.aio.Server, int]:
+                settings: Callable[[], FabricSettings] | None = None,
+                spares: SparesReader | None = None) -> tuple[grpc.aio.Server, int]:
     """A started grpc.aio server on ``host:port`` (0: a free port) with the token check, the
-    ``Operator`` and ``Inspect`` services (``settings``: the settings in force, for ``GetSettings``;
-    None: the defaults), the standard health service (each service SERVING) and server reflection;
+    ``Operator`` and ``Inspect`` services (``settings``: the settings in force, for ``GetSettings``
+    and ``ListPools``; None: the defaults; ``spares``: the hot spares' status, for ``ListPools``; None: none), the standard health service (each service SERVING) and server reflection;
     the server and the port it bound. ``OSError`` when it cannot bind."""
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
     from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
     from fabric.api import inspect_pb2_grpc
-    from fabric.api.inspect import InspectServicer
+    from fabric.api.inspect import InspectServicer, no_spares
 
     server = grpc.aio.server(interceptors=[TokenInterceptor(token)], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
     pb_grpc.add_OperatorServicer_to_server(OperatorServicer(scheduler, events_method=events_method, poll_s=poll_s), server)
     inspect_pb2_grpc.add_InspectServicer_to_server(
-        InspectServicer(scheduler, settings, events_method=events_method, poll_s=poll_s), server)
+        InspectServicer(scheduler, settings, events_method=events_method, poll_s=poll_s, spares=spares or no_spares), server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, HEALTH_SERVICE, reflection.SERVICE_NAME), server)

@@ -15,70 +15,51 @@ import json
 import sys
 from typing import Any, Sequence
 
-from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, address_parent, bad_address, json_parent
-from fabric.cli.tables import NARROW, add_width_flag, fit_lines, output_width
+from fabric.api.pools import pools_view, spare_provisions
+from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
+from fabric.cli.tables import NARROW, add_width_flag, fit_lines, output_width, render_table
 
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("pools", help="pools, pool tiers, hot spares and prospective nodes, as the scheduler sees them",
-                              parents=[address_parent(), json_parent("one JSON object: pools, spares, prospective")])
+                              parents=remote_parents("one JSON object: pools, spares, prospective"))
     add_width_flag(p)
     p.set_defaults(func=run_pools)
 
 
-def pools_view(settings: Any, nodes: Sequence[Any], provisions: dict, spares: Sequence[dict]) -> dict:
-    """What ``fabric pools`` prints, as plain data (``nodes``: the scheduler's records, prospective ones included)."""
-    held = {(h["pool"], h["pool_tier"]): h["until_s"] for h in provisions.get("held", ())}
-    by_pool = {s["pool"]: s for s in spares}
-    pools = []
-    for pool in settings.pools:
-        fixed = next((t.name for t in pool.tiers if t.scale_out == "fixed"), pool.tiers[0].name)
-        tiers = []
-        for t in pool.tiers:
-            mine = [n for n in nodes if (n.pool or settings.default_pool.name) == pool.name and (n.pool_tier or fixed) == t.name
-                    and str(getattr(n.status, "value", n.status)) != "dead"]
-            tiers.append({"pool_tier": t.name, "scale_out": t.scale_out, "provider": t.provider, "launch_mode": t.launch_mode,
-                          "nodes": sum(1 for n in mine if not n.launching), "launching": sum(1 for n in mine if n.launching),
-                          "max_nodes": t.max_nodes, "spares": sum(1 for n in mine if n.spare and not n.launching),
-                          "held_s": held.get((pool.name, t.name))})
-        s = by_pool.get(pool.name)
-        pools.append({"pool": pool.name, "tiers": tiers, "spares": None if s is None else {
-            "target": s["target"], "live": len(s["live"]), "pending": len(s["pending"]), "consumed": len(s["consumed"]),
-            "warm_for": list(s["warm_for"]), "reserved_for": list(s["reserved_for"]), "exclusive": s["exclusive"],
-            "backing_off": s["backing_off"]}})
-    prospective = [{**p, "phase": p.get("phase") or ("started" if p.get("instance_id") else "asked")}
-                   for p in provisions.get("pending", ())]
-    return {"pools": pools, "prospective": prospective, "spare_provisions": spare_provisions(provisions),
-            "instances": list(provisions.get("instances", ()))}
+TIERS_HEADER = ("POOL TIER", "SCALE", "PROVIDER", "UP", "LAUNCH", "MAX", "SPARE", "NOTE")
+PROSPECTIVE_HEADER = ("PROVISION", "PHASE", "WHERE", "SHAPE", "AGE", "LEFT")
+SPARE_PROVISIONS_HEADER = ("PROVISION", "PHASE", "WHERE", "SHAPE", "AGE")
+_SHRINK = {"POOL TIER": 12, "PROVIDER": 8, "NOTE": 8, "PROVISION": 12, "WHERE": 12, "SHAPE": 8}
+"""Cells cut (with an ellipsis) to fit, in this order, down to these."""
+_INDENT = "  "
 
 
-def spare_provisions(provisions: dict, now: float | None = None) -> list[dict]:
-    """The spare reconcilers' provisions in flight (the scheduler's kept rows, read by their own
-    reader): id, pool, pool tier, shape, phase, instance id (None until answered) and age in seconds."""
-    import time
+def _indented(header: Sequence[str], body: Sequence[Sequence[Any]], width: int | None, right: Sequence[str]) -> list[str]:
+    """``render_table``'s lines, each indented two spaces, fitting ``width`` with the indent."""
+    from rich.cells import cell_len
 
-    from fabric.core.spares.rows import spare_provision_from_row
-
-    at = time.time() if now is None else now
-    out = []
-    for row in provisions.get("spare_provisions", ()):
-        k = spare_provision_from_row(row)
-        out.append({"provision_id": k.provision_id, "pool": k.pool, "pool_tier": k.pool_tier, "shape": k.shape.name,
-                    "phase": k.phase.value, "instance_id": k.instance_id, "age_s": round(max(0.0, at - k.asked_at), 1)})
-    return out
+    room = None if width is None else max(1, width - len(_INDENT))
+    natural = {h: max([cell_len(h), *(cell_len(str(row[i])) for row in body)]) for i, h in enumerate(header)}
+    shrink = {h: min(least, natural[h]) for h, least in _SHRINK.items() if h in natural}  # never wider than its cells
+    lines, _ = render_table(header, body, room, right=right, shrink=shrink)
+    return [_INDENT + line for line in lines]
 
 
 def format_pools(view: dict, width: int | None = NARROW) -> str:
-    """The view as lines that fit ``width`` columns (80 by default; None: long names whole)."""
+    """The view as lines that fit ``width`` columns (80 by default; None: long names whole): per
+    pool its tiers as a table and its hot spares; then the prospective nodes and the spare
+    provisions in flight, each a table."""
     lines: list[str] = []
+    body: list[Sequence[Any]]
     for pool in view["pools"]:
         lines.append(f"pool {pool['pool']}")
-        lines.append(f"  {'POOL TIER':<12} {'SCALE':<7} {'PROVIDER':<14} {'UP':>3} {'LAUNCH':>6} {'MAX':>4} {'SPARE':>5} NOTE")
+        body = []
         for t in pool["tiers"]:
             note = f"held {t['held_s']:.0f}s (failed)" if t["held_s"] else ("spot" if t["launch_mode"] == "spot" else "")
             cap = "-" if t["max_nodes"] is None else str(t["max_nodes"])
-            lines.append(f"  {t['pool_tier'][:12]:<12} {t['scale_out']:<7} {t['provider'][:14]:<14} {t['nodes']:>3} "
-                         f"{t['launching']:>6} {cap:>4} {t['spares']:>5} {note}".rstrip())
+            body.append((t["pool_tier"], t["scale_out"], t["provider"], t["nodes"], t["launching"], cap, t["spares"], note))
+        lines.extend(_indented(TIERS_HEADER, body, width, right=("UP", "LAUNCH", "MAX", "SPARE")))
         s = pool["spares"]
         if s is not None:
             warm = ", ".join(s["warm_for"]) or "-"
@@ -86,16 +67,14 @@ def format_pools(view: dict, width: int | None = NARROW) -> str:
             lines.append(f"  hot spares: {s['live']}/{s['target']} live, {s['pending']} pending, warm for {warm}{extra}")
     if view["prospective"]:
         lines.append("prospective nodes (provisioning)")
-        for p in view["prospective"]:
-            where = f"{p['pool']}/{p['pool_tier']}"
-            lines.append(f"  {p['provision_id']:<6} {p['phase']:<7} {where[:22]:<22} {p['shape'][:12]:<12} {p['age_s']:>6.1f}s old, "
-                         f"{p['timeout_in_s']:.0f}s left")
+        body = [(p["provision_id"], p["phase"], f"{p['pool']}/{p['pool_tier']}", p["shape"], f"{p['age_s']:.1f}s",
+                 f"{p['timeout_in_s']:.0f}s") for p in view["prospective"]]
+        lines.extend(_indented(PROSPECTIVE_HEADER, body, width, right=("AGE", "LEFT")))
     if view.get("spare_provisions"):
         lines.append("spare provisions in flight")
-        for p in view["spare_provisions"]:
-            where = f"{p['pool']}/{p['pool_tier']}"
-            lines.append(f"  {p['provision_id'][:20]:<20} {p['phase']:<7} {where[:22]:<22} {p['shape'][:12]:<12} "
-                         f"{p['age_s']:>6.1f}s old")
+        body = [(p["provision_id"], p["phase"], f"{p['pool']}/{p['pool_tier']}", p["shape"], f"{p['age_s']:.1f}s")
+                for p in view["spare_provisions"]]
+        lines.extend(_indented(SPARE_PROVISIONS_HEADER, body, width, right=("AGE",)))
     return fit_lines("\n".join(lines), width)
 
 
@@ -104,7 +83,15 @@ def fetch_view(handle: Any) -> dict:
     return pools_view(handle.settings_in_force(), handle.scheduler_nodes(), handle.provisions(), handle.spares())
 
 
+def print_view(view: dict, args: argparse.Namespace) -> int:
+    """Print ``view`` as ``--json`` or as text that fits the output."""
+    print(json.dumps(view, indent=2, default=str) if args.json else format_pools(view, output_width(args)))
+    return EXIT_OK
+
+
 def run_pools(args: argparse.Namespace) -> int:
+    if api_address(args):  # the operator API's ListPools: the same view, without Ray
+        return run_over_api(args, "pools", lambda client: print_view(client.pools(), args))
     from fabric.cli.connect import connect
     from fabric.runtime.control import FabricHandle
 
@@ -119,10 +106,9 @@ def run_pools(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"fabric pools: {exc}", file=sys.stderr)
             return 1
-        print(json.dumps(view, indent=2, default=str) if args.json else format_pools(view, output_width(args)))
-        return 0
+        return print_view(view, args)
     finally:
         ray.shutdown()
 
 
-__all__ = ["add_parser", "fetch_view", "format_pools", "pools_view", "run_pools", "spare_provisions"]
+__all__ = ["add_parser", "fetch_view", "format_pools", "pools_view", "print_view", "run_pools", "spare_provisions"]

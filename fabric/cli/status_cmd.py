@@ -1,7 +1,8 @@
 """``fabric status``: the fleet the fabric knows as a table (or ``--json``), then its pools.
 
-Through Ray (``--address``) the table is the registry's nodes and the pools follow; through the
-operator API (``--api HOST:PORT``, no Ray) it is the scheduler's fleet view, without the pools."""
+Through Ray (``--address``) the table is the registry's nodes; through the operator API (``--api
+HOST:PORT``, no Ray) it is the scheduler's fleet view. Either way the pools follow, the same text
+(``ListPools`` over the API), unless no scheduler answers them."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fabric.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
 from fabric.cli.tables import add_width_flag, ago, fit_lines, gpus_cell, output_width, render_table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fabric.api.client import ApiClient
 
 __all__ = ["STATUS_HEADER", "add_parser", "format_status_table", "run_status", "status_rows"]
 
@@ -96,9 +100,23 @@ def print_status(records: Sequence[Any], args: argparse.Namespace, pools: Callab
     return EXIT_OK
 
 
+def _api_pools_text(client: ApiClient) -> Callable[[int | None], str]:
+    """The pools through the operator API (``ListPools``), or nothing when it cannot answer them (an
+    older fabric, no scheduler view): the node table is all there is then."""
+    def text(width: int | None) -> str:
+        from fabric.api.client import ApiError, ApiRefused
+        from fabric.cli.pools_cmd import format_pools
+
+        try:
+            return format_pools(client.pools(), width)
+        except (ApiError, ApiRefused, ValueError, KeyError):
+            return ""
+    return text
+
+
 def run_status(args: argparse.Namespace) -> int:
-    if api_address(args):  # the API's node view is the scheduler's; the pools table needs the Ray path
-        return run_over_api(args, "status", lambda client: print_status(client.nodes(), args, lambda _width: ""))
+    if api_address(args):  # the API's node view is the scheduler's; the pools come from ListPools
+        return run_over_api(args, "status", lambda client: print_status(client.nodes(), args, _api_pools_text(client)))
     if bad_address(args.address, "status"):
         return EXIT_USAGE
     from fabric.cli.connect import connect

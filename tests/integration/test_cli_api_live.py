@@ -181,3 +181,21 @@ def test_drain_wait_moves_the_job_off_its_node(lf, api, job):
         assert status["phase"] == "done" and status["node_id"] == source
     finally:
         lf.handle.uncordon(source)
+
+
+def test_status_and_pools_over_the_api_print_the_pools_as_the_ray_path_does(lf, api):
+    """``fabric status --api`` prints the pools after the node table (``ListPools``), the same text
+    ``fabric pools`` prints through Ray; ``fabric pools --api`` prints it alone. Neither loads Ray."""
+    from fabric.cli.pools_cmd import fetch_view, format_pools
+
+    status = ok(cli(api, "status"))
+    table, sep, pools = status.partition("\n\npool ")
+    assert sep and table.splitlines()[0].startswith("NAME")
+    pools = "pool " + pools
+    assert "POOL TIER" in pools and "pool default" in pools
+    through_ray = format_pools(fetch_view(lf.handle), 80)
+    assert pools.rstrip("\n") == through_ray
+    assert ok(cli(api, "pools")).rstrip("\n") == through_ray
+    view = json.loads(ok(cli(api, "pools", "--json")))
+    default = next(p for p in view["pools"] if p["pool"] == "default")
+    assert sum(t["nodes"] for t in default["tiers"]) >= len(lf.nodes)

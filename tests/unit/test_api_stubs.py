@@ -22,6 +22,7 @@ INSPECT_METHODS = {
     "ListEvents": ("ListEventsRequest", "ListEventsReply", False),
     "GetSettings": ("GetSettingsRequest", "SettingsReply", False),
     "WatchEventBatches": ("WatchEventsRequest", "EventBatch", True),
+    "ListPools": ("ListPoolsRequest", "PoolsReply", False),
 }
 
 
