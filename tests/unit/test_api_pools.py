@@ -165,3 +165,14 @@ def test_status_over_an_api_without_pools_prints_the_node_table_alone(monkeypatc
         assert "fabric pools:" in capsys.readouterr().err
     finally:
         s.close()
+
+
+def test_pools_takes_api_and_token_file_as_the_other_api_commands_do() -> None:
+    from fabric.cli import build_parser
+    from fabric.cli.common import API_HELP
+
+    args = build_parser().parse_args(["pools", "--api", "127.0.0.1:1", "--token-file", "t", "--json"])
+    assert (args.api, args.token_file, args.json) == ("127.0.0.1:1", "t", True)
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    api = next(a for a in sub.choices["pools"]._actions if "--api" in a.option_strings)
+    assert (api.metavar, api.help) == ("HOST:PORT", API_HELP)

@@ -46,3 +46,36 @@ def test_wide_characters_and_a_right_column_line_up_in_cells():
 def test_a_right_cell_ending_in_a_control_character_keeps_its_place():
     lines, _ = render_table(("ID", "N"), [("a", "7\t"), ("b", "10")], None, right=("N",))
     assert lines == ["ID   N", "a   7", "b   10"]
+
+
+def _by_hand(rows: list[list[str]], widths: list[int], gap: int, right: list[bool]) -> list[str]:
+    """The lines as written by hand before rich drew them: each cell clipped, padded to its width
+    (on the left in a right column), joined by ``gap`` spaces, trailing spaces stripped."""
+    from fabric.cli.tables import clip
+
+    lines = []
+    for row in rows:
+        parts = []
+        for text, w, r in zip(row, widths, right):
+            cell = clip(text, w)
+            pad = " " * (w - cell_len(cell))
+            parts.append(pad + cell if r else cell + pad)
+        lines.append((" " * gap).join(parts).rstrip())
+    return lines
+
+
+def test_the_rich_drawing_is_byte_identical_to_the_hand_written_lines():
+    import random
+
+    from fabric.cli.tables import _draw
+
+    alphabet = ["a", "Z", "1", "-", " ", "界", "語", "é", ELLIPSIS]
+    for seed in range(400):
+        rng = random.Random(seed)
+        ncols = rng.randint(1, 6)
+        rows = [["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(ncols)]
+                for _ in range(rng.randint(1, 5))]
+        widths = [rng.randint(1, 14) for _ in range(ncols)]
+        gap = rng.choice([1, 2])
+        right = [rng.random() < 0.4 for _ in range(ncols)]
+        assert _draw(rows, widths, gap, right) == _by_hand(rows, widths, gap, right), seed
