@@ -61,6 +61,8 @@ import ray  # noqa: E402
 from fabric import adaptive  # noqa: E402
 from fabric.api import operator_pb2 as pb  # noqa: E402
 from fabric.api import operator_pb2_grpc as pb_grpc  # noqa: E402
+from fabric.api import inspect_pb2 as ipb  # noqa: E402
+from fabric.api import inspect_pb2_grpc as ipb_grpc  # noqa: E402
 from fabric.core.names import NAMESPACE, OPERATOR  # noqa: E402
 from fabric.core.placement import Requirement  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
@@ -250,7 +252,7 @@ def open_watch(address: str, token: str, since: int, stream: str = "batches") ->
     meta = [("authorization", f"Bearer {token}")]
     if stream == "events":
         return channel, pb_grpc.OperatorStub(channel).WatchEvents(request, metadata=meta)
-    return channel, pb_grpc.InspectStub(channel).WatchEventBatches(request, metadata=meta)
+    return channel, ipb_grpc.InspectStub(channel).WatchEventBatches(request, metadata=meta)
 
 
 def watch_to_file(channel: grpc.Channel, call: Any, path: Path) -> None:
@@ -260,7 +262,7 @@ def watch_to_file(channel: grpc.Channel, call: Any, path: Path) -> None:
         try:
             for message in call:  # parsed after, not on the stream's time
                 now = f"{time.monotonic():.6f}"
-                if isinstance(message, pb.EventBatch):
+                if isinstance(message, ipb.EventBatch):
                     out.write("".join(f"{ev.seq} {now} {ev.data_json}\n" for ev in message.events))
                 else:
                     out.write(f"{message.seq} {now} {message.data_json}\n")
