@@ -23,6 +23,13 @@ if [ ! -f "$stamp" ]; then
     || { echo "install failed: a dependency does not import" >&2; exit 1; }
   rm -f .venv/.installed-*; touch "$stamp"
 fi
+# The namespace fleet's one-way cuts (fabric.testing.netns) need nft: install Debian's nftables when root.
+if [ "$(id -u)" = 0 ] && ! command -v nft >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "==> installing nftables (apt-get) for the namespace fleet's one-way cuts"
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/dev/null 2>&1; }; } \
+    || echo "nftables could not be installed: the one-way cut tests skip (fail with CI=true)" >&2
+fi
 export PATH="$ROOT/.venv/bin:$PATH"
 # Ray 2.60 turns token auth on for new local clusters; choose explicitly (tests/demo override per run).
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
