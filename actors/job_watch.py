@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from fabric.core.jobs import JobBook, JobSpec
 from fabric.core.jobs.stimuli import InstanceStarted
+from fabric.rayio.instances import died_with_its_node
 
 
 class WatchHost(Protocol):
@@ -27,7 +28,8 @@ class WatchHost(Protocol):
 
     def payload_of(self, job_id: str) -> tuple[bytes, bytes] | None: ...
 
-    def instance_died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None: ...
+    def instance_died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None,
+                      node_died: bool = False) -> None: ...
 
 WATCH_S = 30.0
 """How long one watch call waits before it returns ``alive`` and is asked again."""
@@ -48,7 +50,8 @@ async def watch_instance(runner: WatchHost, job_id: str, key: str, handle: Any, 
         except Exception as exc:  # the instance died before it came up
             runner.counters["dispatch_failed"] += 1
             fate = runner.launcher.death(exc)
-            return runner.instance_died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc))
+            return runner.instance_died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc),
+                                        node_died=died_with_its_node(exc))
         if err is not None:
             kind, message = err
             runner.launcher.kill(handle)
@@ -68,7 +71,7 @@ async def watch_instance(runner: WatchHost, job_id: str, key: str, handle: Any, 
             if fate is None:  # unavailable for a moment: look again
                 await asyncio.sleep(0.5)
                 continue
-            return runner.instance_died(job_id, key, fate[1], fate[2])
+            return runner.instance_died(job_id, key, fate[1], fate[2], node_died=died_with_its_node(exc))
         if answer == "stopped":
             runner.launcher.kill(handle)
             return runner.instance_died(job_id, key, False, "stopped")

@@ -49,7 +49,7 @@ from fabric.core.jobs.state import (
     Cordon, DropPayload, KillInstance, PlaceSoon, Reply, ReserveSlot, SagaEnded, StorePayload, WatchInstance,
 )
 from fabric.core.jobs.stimuli import (
-    InstanceEnded, JobPlaced, JobsNodeLost, JobsTick, JobSubmitted, JobUnplaced, PlacementsDue,
+    InstanceEnded, JobPlaced, JobsNodeLost, JobsTick, JobSubmitted, JobUnplaced, LeaseAsked, PlacementsDue,
     CapacityJoined, Restarted, SlotReserved, StopRequested,
 )
 from fabric.core.scheduling.stimuli import new_stimulus_id
@@ -133,7 +133,8 @@ class JobRunner:
         from fabric.store.paths import configured_store_paths, store_paths
 
         paths = configured_store_paths(scheduler.settings) or store_paths(scheduler.settings, RayAdapter().gcs_address())
-        return cls(scheduler, JobStore(paths.jobs), InstanceLauncher())
+        fence = scheduler.settings.fence
+        return cls(scheduler, JobStore(paths.jobs), InstanceLauncher(lease=(fence.lease_ttl_s, fence.renew_every_s)))
 
     # -- the store ------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -405,9 +406,11 @@ class JobRunner:
         """Watch one instance until it ends; tell the core what happened (``actors.job_watch``)."""
         await watch_instance(self, job_id, key, handle, starting)
 
-    def instance_died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None) -> None:
+    def instance_died(self, job_id: str, key: str, preempted: bool, reason: str, invalid: str | None = None,
+                      node_died: bool = False) -> None:
         self.handles.pop(key, None)
-        self.handle(InstanceEnded(job_id, key, reason, preempted=preempted, invalid=invalid), answered=False)
+        self.handle(InstanceEnded(job_id, key, reason, preempted=preempted, invalid=invalid, node_died=node_died),
+                    answered=False)
 
     def soon(self) -> None:
         """Place what is due right after this step, not at the next tick (a recovery waits for
@@ -530,6 +533,10 @@ class JobRunner:
 
     def stop(self, job_id: str) -> str:
         return self.handle(StopRequested(job_id))
+
+    def renew(self, job_id: str, instance_key: str) -> str:
+        """An instance's lease renewal (``granted`` or ``refused``): nothing to write at once."""
+        return self.handle(LeaseAsked(job_id, instance_key), answered=False)
 
     async def resumed_by(self, timeout_s: float) -> None:
         """Wait, ``timeout_s`` at most, until the state read back after a restart was resumed: until

@@ -1,16 +1,15 @@
 """SchedulerActor: the fabric's detached, named placement service (placement and reconfiguration).
 
-A thin actor around ``SchedulerCore`` (pure: fleet view, reservations, deferred queue, leases,
-drains). It turns each call it receives and each change its fleet feed reports into a stimulus,
-hands it to ``core.handle`` and carries out the instructions that come back: reply to the caller,
-wake or fail a waiting call, write a cordon or a drain to the registry. Everything that decides,
-the core decides; ``Scheduler`` holds no rule of its own.
+A thin actor around ``SchedulerCore`` (pure: fleet view, reservations, deferred queue, leases, drains). It turns
+each call it receives and each change its fleet feed reports into a stimulus, hands it to ``core.handle`` and
+carries out the instructions that come back: reply to the caller, wake or fail a waiting call, write a cordon or a
+drain to the registry. Everything that decides, the core decides; ``Scheduler`` holds no rule of its own.
 
-``Scheduler`` is the plain class (unit tests drive it with a fake feed and metrics sink);
-``SchedulerActor`` is it as the Ray actor. Restart: a detached actor with ``max_restarts=-1`` re-runs
-``__init__``; the fleet comes back from the feed's first poll, work already dispatched runs on (its
-result goes straight to the caller), Ray's ``fabric.slots`` refuses oversubscription meanwhile, and
-a job's state is answered once the jobs read back were checked against what lives (``resumed_by``).
+``Scheduler`` is the plain class (unit tests drive it with a fake feed and metrics sink); ``SchedulerActor`` is it
+as the Ray actor. Restart: a detached actor with ``max_restarts=-1`` re-runs ``__init__``; the fleet comes back from
+the feed's first poll, work already dispatched runs on (its result goes straight to the caller), Ray's
+``fabric.slots`` refuses oversubscription meanwhile, and a job's state is answered once the jobs read back were
+checked against what lives (``resumed_by``).
 """
 
 from __future__ import annotations
@@ -57,11 +56,10 @@ def stimulus_for(change: Any) -> Stimulus | None:
 
 
 class Scheduler:
-    """The scheduler's actor logic: stimuli in, ``core.handle``, instructions out.
-
-    ``feed`` (default: a ``FleetFeed``) reports fleet changes and writes cordons and drains to the
-    registry; ``metrics`` (default: ``RayMetrics``) takes the exported counters and gauges; ``clock``
-    is the core's time. ``run_loop=False`` starts no sync loop (unit tests call ``_sync``)."""
+    """The scheduler's actor logic: stimuli in, ``core.handle``, instructions out. ``feed`` (default: a
+    ``FleetFeed``) reports fleet changes and writes cordons and drains to the registry; ``metrics`` (default:
+    ``RayMetrics``) takes the exported counters and gauges; ``clock`` is the core's time. ``run_loop=False``
+    starts no sync loop (unit tests call ``_sync``)."""
 
     def __init__(self, settings: dict | None = None, tick_s: float | None = None, *, feed: Any = None,
                  metrics: MetricsSink | None = None, clock: Callable[[], float] = time.monotonic,
@@ -343,6 +341,9 @@ class Scheduler:
     def stop_job(self, job_id: str) -> str:
         return self._runner().stop(msg.read_id("job_id", job_id))
 
+    def renew_lease(self, job_id: str, instance_key: str) -> str:
+        return self._runner().renew(msg.read_id("job_id", job_id), msg.read_id("instance_key", instance_key))
+
     async def job_status(self, job_id: str) -> Any:
         job_id = msg.read_id("job_id", job_id)
         await self._runner().resumed_by(RESUME_WAIT_S)
@@ -587,8 +588,7 @@ class Scheduler:
 
 
 def _log_failure(task: asyncio.Task) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        exc = task.exception()
+    if not task.cancelled() and (exc := task.exception()) is not None:
         print(f"[fabric.scheduler] registry write failed: {type(exc).__name__}: {exc}")
 
 

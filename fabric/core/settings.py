@@ -23,6 +23,7 @@ from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-export
     MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, clip, decode_settings, parse_yaml, read_settings_file,
 )
 from fabric.core.settings_api import ApiSettings
+from fabric.core.settings_fence import FenceSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
 from fabric.core.settings_routes import HostName, RouteSettings
 from fabric.core.settings_store import StoreSettings
@@ -166,10 +167,12 @@ def _default_operations() -> dict[str, OperationSpec]:
 class HealthSettings(SettingsModel):
     """Health timings. All configurable, all testable with small values."""
 
-    heartbeat_interval_s: PositiveSeconds = 30.0
-    """How often a probe actor heartbeats."""
-    offline_after_s: PositiveSeconds = 90.0
-    """Missed heartbeats for this long (3 beats) mark a node offline."""
+    heartbeat_interval_s: PositiveSeconds = 5.0
+    """How often a probe actor heartbeats (short enough that a node cut off from the head stops
+    getting new work within ``offline_after_s``)."""
+    offline_after_s: PositiveSeconds = 15.0
+    """Missed heartbeats for this long (3 beats) mark a node offline: no new work goes there. Its
+    jobs move once their leases end (``fence.lease_ttl_s``), whether or not it is offline by then."""
     drain_grace_s: NonNegFloat = 300.0
     """A lost node stays (draining/offline) this long before it is marked dead and collected."""
     flap_toggles: Annotated[int, Field(ge=2)] = 3
@@ -307,6 +310,8 @@ class FabricSettings(SettingsModel):
     """Job templates by name: the artifacts each needs (``templates: {encoder: {artifacts: [file:///...]}}``)."""
     routes: dict[HostName, RouteSettings] = Field(default_factory=dict)
     """Edge routes by host name: a job and its declared port (``routes: {channel.example: {job: encode, port: 1935}}``); ``fabric routes --caddy``."""
+    fence: FenceSettings = Field(default_factory=FenceSettings)
+    """Job instances' leases: at most one serving instance of a job, whatever the network does."""
     migration: MigrationSettings = Field(default_factory=MigrationSettings)
     """Migration sagas: a deadline per phase and the default strategy."""
     rebalance: RebalanceSettings = Field(default_factory=RebalanceSettings)

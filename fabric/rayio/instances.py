@@ -15,6 +15,11 @@ Ray's default: one at a time, in order):
 - ``__fabric_ping__``: the class's ``__fabric_health__()`` when it has one;
 - ``__fabric_shutdown__``: the class's ``__fabric_stop__()`` when it has one, then the watch ends.
 
+The fence (``fabric.core.jobs.fence``): an instance started with a lease (``lease_ttl_s`` in its
+info) runs a ``LeaseKeeper`` thread that renews it with the scheduler every ``renew_every_s`` and
+ends the process once ``lease_ttl_s`` passed since it sent the last renewal granted; the user's
+constructor runs only once the first renewal is granted.
+
 ``InstanceLauncher`` starts an instance as a detached, named actor hard-pinned to its node with
 ``max_restarts=0`` (the fabric, never Ray, restarts jobs), one ``fabric.slots`` and the job's
 CPUs, memory and GPUs; finds one by name; and kills one.
@@ -24,9 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import signal
+import sys
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray import cloudpickle
@@ -66,16 +75,113 @@ def instance_info() -> InstanceInfo:
     return _CURRENT
 
 
+GRANTED, REFUSED = "granted", "refused"
+
+
+class LeaseKeeper:
+    """An instance's lease, kept from inside its process: ``ask()`` renews it with the scheduler
+    (``granted``, ``refused``, or None when no answer came); a grant extends the lease to
+    ``lease_ttl_s`` after the moment the renewal was *sent*, on this process's clock; a refusal ends
+    the renewals; once the lease has run out, ``end()`` ends the process."""
+
+    def __init__(self, ask: Callable[[], str | None], lease_ttl_s: float, renew_every_s: float, *,
+                 end: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.ask, self.ttl, self.every = ask, lease_ttl_s, renew_every_s
+        self.end = end or _end_process
+        self.clock, self.sleep = clock, sleep
+        self.until: float | None = None
+        """When the lease runs out (None: never granted)."""
+        self.refused = False
+        self.renewals = 0
+
+    def renew(self) -> None:
+        """One renewal: ask, and extend the lease on a grant."""
+        sent = self.clock()
+        answer = self.ask()
+        if answer == GRANTED:
+            self.until, self.renewals = sent + self.ttl, self.renewals + 1
+        elif answer == REFUSED:
+            self.refused = True
+
+    def first(self) -> bool:
+        """Before the user's constructor: renew until granted (True); False when refused, or when
+        ``lease_ttl_s`` passes without a grant (the instance never served)."""
+        deadline = self.clock() + self.ttl
+        while True:
+            self.renew()
+            if self.until is not None:
+                return True
+            if self.refused or self.clock() >= deadline:
+                return False
+            self.sleep(min(1.0, self.every))
+
+    def run(self) -> None:
+        """Renew every ``renew_every_s`` until refused; end the process when the lease runs out."""
+        while True:
+            now = self.clock()
+            if self.until is None or now >= self.until:
+                why = "its renewal was refused" if self.refused else f"no renewal granted for {self.ttl:g} s"
+                return self.end(why)
+            if not self.refused:
+                self.sleep(max(0.0, min(self.every, self.until - now)))
+                if self.clock() < self.until:
+                    self.renew()
+                continue
+            self.sleep(max(0.0, self.until - now))
+
+
+def _end_process(why: str) -> None:
+    print(f"[fabric] instance {_CURRENT.instance_key} of job {_CURRENT.job_id}: its lease ended ({why}): "
+          "ending this process so that it never serves beside its replacement", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _scheduler_asker(job_id: str, instance_key: str, timeout_s: float) -> Callable[[], str | None]:
+    """``ask`` for a ``LeaseKeeper``: the scheduler's ``renew_lease``, waited for ``timeout_s``."""
+    from fabric.rayio.scheduler_client import SchedulerClient
+
+    client: list[Any] = []
+
+    def ask() -> str | None:
+        try:
+            if not client:
+                handle = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+                client.append(SchedulerClient(handle, lambda ref, _wait: ray.get(ref, timeout=timeout_s)))
+            answer = client[0].renew_lease(job_id, instance_key)
+        except Exception:  # no answer (cut off, the scheduler restarting): the lease runs on meanwhile
+            client.clear()
+            return None
+        return answer if answer in (GRANTED, REFUSED) else None
+
+    return ask
+
+
+def _keep_lease(info: dict) -> None:
+    """Hold the instance's lease (when it was started with one): the first grant now, then renewals
+    in a thread of its own. An instance refused its first lease ends at once."""
+    ttl, every = info.get("lease_ttl_s"), info.get("renew_every_s")
+    if not ttl or not every:
+        return
+    keeper = LeaseKeeper(_scheduler_asker(str(info.get("job_id", "")), str(info.get("instance_key", "")), float(every)),
+                         float(ttl), float(every))
+    if not keeper.first():
+        keeper.end("refused" if keeper.refused else f"no lease granted within {float(ttl):g} s")
+    threading.Thread(target=keeper.run, name="fabric-lease", daemon=True).start()
+
+
 def _prepare(self: Any, cls: type, blob: bytes, info: dict | None) -> None:
-    """The actor's constructor: remember who it is; run the user's constructor now, or, for a
-    deferred start (a ``stop_then_start`` target), only when ``__fabric_begin__`` is called."""
+    """The actor's constructor: remember who it is, hold its lease; run the user's constructor now,
+    or, for a deferred start (a ``stop_then_start`` target), only when ``__fabric_begin__`` is called."""
     global _CURRENT
     info = dict(info or {})
     deferred = bool(info.pop("deferred", False))
+    lease = {k: info.pop(k, None) for k in ("lease_ttl_s", "renew_every_s")}
     _CURRENT = InstanceInfo(**{k: v for k, v in info.items() if k in InstanceInfo.__dataclass_fields__})
     self._fabric_error = None
     self._fabric_deferred = (cls, blob) if deferred else None
     self._fabric_begin_lock = threading.Lock()
+    _keep_lease({**info, **lease})
     if not deferred:
         _start(self, cls, blob)
 
@@ -188,8 +294,10 @@ class InstanceLauncher:
 
     namespace = names.NAMESPACE
 
-    def __init__(self) -> None:
+    def __init__(self, lease: tuple[float, float] | None = None) -> None:
         self._classes: dict[bytes, tuple[type, Any]] = {}
+        self.lease = lease
+        """``(lease_ttl_s, renew_every_s)`` every instance started holds a lease with; None: no lease."""
 
     def loaded(self, cls_blob: bytes) -> tuple[type, Any]:
         """The user's class and its instances' Ray actor class (built once per class)."""
@@ -229,6 +337,8 @@ class InstanceLauncher:
             opts["num_gpus"] = gpus
         info = {"job_id": job_id, "instance_key": instance_key, "role": instance_key.split("@")[0],
                 "handover_target": handover_target, "deferred": deferred}
+        if self.lease is not None:
+            info["lease_ttl_s"], info["renew_every_s"] = self.lease
         return self.actor_class(cls_blob).options(**opts).remote(args_blob, info)
 
     def find(self, job_id: str, instance_key: str) -> Any | None:
@@ -265,6 +375,15 @@ class InstanceLauncher:
         if isinstance(exc, ray.exceptions.RayActorError):
             return True, bool(getattr(exc, "preempted", False)), _first_line(exc)
         return True, False, f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+NODE_DIED = "because its node has died"
+"""Ray's words for an actor it holds dead because its node died (the node may only be cut off)."""
+
+
+def died_with_its_node(exc: BaseException) -> bool:
+    """Whether a call's error says its actor is dead only because Ray holds its node dead."""
+    return isinstance(exc, ray.exceptions.RayActorError) and NODE_DIED in str(exc)
 
 
 def actor_options(req: Any) -> dict[str, Any]:

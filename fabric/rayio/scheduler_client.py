@@ -136,6 +136,9 @@ class SchedulerClient:
     def stop_job(self, job_id: str) -> str:
         return self._answer(self._handle.stop_job.remote(job_id), None)
 
+    def renew_lease(self, job_id: str, instance_key: str) -> str:
+        return self._answer(self._handle.renew_lease.remote(job_id, instance_key), None)
+
     def job_status(self, job_id: str) -> JobStatus:
         return self._answer(self._handle.job_status.remote(job_id), None)
 
@@ -328,6 +331,9 @@ class AsyncSchedulerClient:
 
     async def stop_job(self, job_id: str) -> str:
         return await self._handle().stop_job.remote(job_id)
+
+    async def renew_lease(self, job_id: str, instance_key: str) -> str:
+        return await self._handle().renew_lease.remote(job_id, instance_key)
 
     async def job_status(self, job_id: str) -> JobStatus:
         return await self._handle().job_status.remote(job_id)

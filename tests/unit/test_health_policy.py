@@ -11,7 +11,7 @@ from fabric.core.health import HealthPolicy, ManualClock, NodeHealth, ProbeResta
 from fabric.core.lifecycle import NodeStatus, check_transition
 from fabric.core.settings import HealthSettings
 
-SEED = HealthSettings()  # the default numbers: 30 s beats, offline at 90 s, grace 300 s, 3 toggles/300 s -> 600 s
+SEED = HealthSettings(heartbeat_interval_s=30, offline_after_s=90)  # 30 s beats, offline at 90 s, grace 300 s, 3 toggles/300 s -> 600 s
 
 
 def ray_node(node_id: str, name: str | None = None, alive: bool = True, fabric: bool = True) -> RayNodeView:

@@ -17,7 +17,7 @@ def test_defaults_are_a_working_fabric():
     (tier,) = s.default_pool.tiers
     assert tier.scale_out == "fixed" and tier.provider == "static"
     h = s.health
-    assert (h.heartbeat_interval_s, h.offline_after_s, h.drain_grace_s) == (30, 90, 300)
+    assert (h.heartbeat_interval_s, h.offline_after_s, h.drain_grace_s) == (5, 15, 300)
     assert (h.flap_toggles, h.flap_window_s, h.flap_hold_s) == (3, 300, 600)
     assert s.store.kind == "sqlite"
     assert s.problems() == []

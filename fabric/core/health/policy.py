@@ -11,7 +11,7 @@ The rules (all timings from ``HealthSettings``):
   not seen is *added* (``active``). Nodes without fabric labels (a bare head node) are ignored.
 - Ray declaring a node dead, or no heartbeat for ``offline_after_s`` (``join_timeout_s`` for
   the first one, while the node's probe actor starts) (by default 3 missed beats =
-  90 s; 45 s over DERP), makes it ``offline`` (*lost*). It is not ``dead`` yet: the drain grace
+  15 s), makes it ``offline`` (*lost*). It is not ``dead`` yet: the drain grace
   (``drain_grace_s``) runs first, so a partition heals without churn.
 - A lost node whose heartbeats resume (Ray still had it) is *recovered* (``active``).
 - A node lost for the whole drain grace goes ``dead`` and is *collected*; its id is never

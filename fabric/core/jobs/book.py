@@ -152,6 +152,8 @@ class JobBook:
         self.dirty_bundles: set[str] = set()
         self.interruptible: Callable[[str], bool] = lambda node_id: False
         """Whether a node is interruptible capacity (a spot pool tier): the actor sets it."""
+        self.lease_ends: Callable[[str], float | None] = lambda instance_key: None
+        """When an instance has surely stopped serving (``fabric.core.jobs.fence.Leases.ends``): the core sets it."""
 
     # -- lookups ----------------------------------------------------------------------------------
     def job(self, job_id: str) -> JobRecord:
@@ -312,9 +314,10 @@ class JobBook:
         return self._move(rec, JobState.RUNNING, now, f"running on {rec.binding.node_id[:12]}")
 
     def died(self, job_id: str, instance_key: str, now: float, *, reason: str = "", preempted: bool = False,
-             invalid_spec: str | None = None) -> list[Instruction]:
+             invalid_spec: str | None = None, fenced: bool = False) -> list[Instruction]:
         """The job's instance ``instance_key`` died (its actor or its node): recover by its policy,
-        or end it (and break its bundle, for an essential job)."""
+        or end it (and break its bundle, for an essential job). ``fenced``: its end is not known
+        for sure (its node was lost, or died to Ray): a recovery waits until its lease has ended."""
         rec = self.jobs.get(job_id)
         if rec is None or rec.binding is None or rec.binding.instance_key != instance_key:
             return []  # an instance already replaced, or a job already gone
@@ -335,7 +338,14 @@ class JobBook:
             rec.restarts.append(Restart(v.not_before, v.counted))
             rec.not_before, rec.recovering = v.not_before, True
             rec.exclude = frozenset({binding.node_id})
-            return out + self._move(rec, JobState.RECOVERING, now, f"{reason or 'died'}; {v.reason}")
+            ends = self.lease_ends(instance_key) if fenced else None
+            why = f"{reason or 'died'}; {v.reason}"
+            if ends is not None and ends > rec.not_before:
+                rec.not_before = ends
+                why += f"; fenced: its replacement waits {ends - now:.1f} s for the old instance's lease to end"
+                out.append(JobEvent("job_fenced", {"job_id": job_id, "instance_key": instance_key, "node_id": binding.node_id,
+                                                   "wait_s": round(ends - now, 3), "reason": reason or "died"}))
+            return out + self._move(rec, JobState.RECOVERING, now, why)
         if v.action == "drop":
             return out + self._move(rec, JobState.DROPPED, now, v.reason) + [
                 JobEvent("job_dropped", {"job_id": job_id, "reason": v.reason, "bundle_id": rec.bundle_id})]
@@ -371,7 +381,8 @@ class JobBook:
 
     def node_lost(self, node_id: str, now: float, *, preempted: bool = False, skip: Iterable[str] = ()) -> list[Instruction]:
         """A node left the fleet: every job bound there died with it (but those in ``skip``: a
-        migration past its point of no return owns their source's end)."""
+        migration past its point of no return owns their source's end). The node may only be cut
+        off, its instances still running: each replacement waits for the old lease to end."""
         out: list[Instruction] = []
         skip = set(skip)
         for rec in self.on_node(node_id):
@@ -379,7 +390,7 @@ class JobBook:
                 continue
             assert rec.binding is not None
             out += self.died(rec.job_id, rec.binding.instance_key, now, reason=f"node {node_id[:12]} lost",
-                             preempted=preempted)
+                             preempted=preempted, fenced=True)
         return out
 
     def stop(self, job_id: str, now: float, *, reason: str = "stopped by request") -> list[Instruction]:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from fabric.core.errors import InvalidSpecError, JobNotFoundError
 from fabric.core.jobs import node_moves, sagas
+from fabric.core.jobs.fence import GRANTED, REFUSED
 from fabric.core.jobs.book import StopInstance, summarize
 from fabric.core.jobs.bundles import BundleStatus
 from fabric.core.jobs.state import (
@@ -55,7 +56,7 @@ class JobsCore(JobsState):
             js.DrainsFollowed: lambda s, now: node_moves.step(self, now),
             js.JobsNodeLost: self._node_lost, js.CapacityJoined: self._capacity_joined,
             js.PlacementsDue: self._placements_due, js.JobsTick: self._tick, js.Restarted: self._restarted,
-            js.SlotReserved: self._slot_reserved,
+            js.SlotReserved: self._slot_reserved, js.LeaseAsked: self._lease_asked,
         }
 
     # -- the one way in ---------------------------------------------------------------------------------
@@ -135,8 +136,35 @@ class JobsCore(JobsState):
             return out
         preempted = s.preempted or (bound_here and rec is not None and rec.binding is not None
                                     and rec.binding.node_id in self.preempting)
-        out += self.book.died(s.job_id, s.instance_key, now, reason=s.reason, preempted=preempted, invalid_spec=s.invalid)
+        out += self.book.died(s.job_id, s.instance_key, now, reason=s.reason, preempted=preempted, invalid_spec=s.invalid,
+                              fenced=s.node_died)
         return out + [PlaceSoon()]
+
+    # -- the fence (fabric.core.jobs.fence) -------------------------------------------------------------
+    def _lease_asked(self, s: js.LeaseAsked, now: float) -> list[Any]:
+        """Renew the lease of the instance the job is bound to, or of a migration's target; refuse
+        any other (an instance replaced while cut off, a job that ended)."""
+        rec = self.book.jobs.get(s.job_id)
+        ok = rec is not None and rec.binding is not None and rec.binding.instance_key == s.instance_key
+        ok = ok or any(m.job_id == s.job_id and m.target_key == s.instance_key for m in self.migrations.active.values())
+        if ok:
+            self.leases.granted(s.instance_key, now)
+        return [Reply(GRANTED if ok else REFUSED)]
+
+    def _lapsed(self, now: float) -> list[Any]:
+        """Instances whose leases ended without a renewal stopped themselves: their jobs recover."""
+        out: list[Any] = []
+        for key in self.leases.expired(now):
+            last = self.leases.grants[key]
+            self.leases.forget(key)
+            rec = next((r for r in self.book.bound() if r.binding is not None and r.binding.instance_key == key), None)
+            if rec is None or any(m.job_id == rec.job_id for m in self.migrations.active.values()):
+                continue  # nobody's instance any more, or a saga's to settle
+            self.ignored.add(key)
+            out += self.book.died(rec.job_id, key, now, reason=f"no lease renewal for {now - last:.0f} s (it stopped itself)",
+                                  fenced=True)
+            out.append(KillInstance(rec.job_id, key))
+        return out
 
     def _dormant(self, s: js.DormantSet, now: float) -> list[Any]:
         b = self._bundle(s.bundle_id)
@@ -282,7 +310,7 @@ class JobsCore(JobsState):
     def _tick(self, s: js.JobsTick, now: float) -> list[Any]:
         if not self.resumed:
             return []
-        out = sagas.expire_due(self, now) + node_moves.step(self, now)
+        out = sagas.expire_due(self, now) + node_moves.step(self, now) + self._lapsed(now)
         return out + self._due(now) + self._reap()
 
     # -- after a restart --------------------------------------------------------------------------------
@@ -292,6 +320,8 @@ class JobsCore(JobsState):
         its policy (not counted under a reclaim notice); a job stopping is stopped; instances bound
         to no job and no saga are killed (no job ever runs twice); drains in progress go on."""
         self.resumed = True
+        self.leases.restarted(now, [r.binding.instance_key for r in self.book.bound() if r.binding is not None]
+                              + [m.target_key for m in self.migrations.active.values() if m.target_key])
         for rec in self.book.bound():  # the old process's allocation ids mean nothing in the task core now
             b = rec.binding
             if b is not None and b.allocation_id is not None:

@@ -19,9 +19,11 @@ from typing import Any, Callable, Protocol
 
 from fabric.core.jobs.book import JobBook, JobEvent
 from fabric.core.jobs.drains import AskRayToDrain, NodeDrains, NodeInterruptionState
+from fabric.core.jobs.fence import Leases
 from fabric.core.jobs.migration import MigrationBook
 from fabric.core.placement import NodeRecord, PlacementContext, Requirement
 from fabric.core.settings import FabricSettings
+from fabric.core.settings_fence import FenceSettings
 from fabric.core.tiers import ComputeTier
 
 MIGRATION_DEADLINES = ("place_s", "prepare_s", "ready_s", "cut_s", "resume_s", "stop_source_s", "start_target_s")
@@ -176,6 +178,9 @@ class JobsState:
         """Finished sagas no longer kept: their rows go with the next write."""
         self.resumed = False
         """Whether the state read back was resumed (``Restarted``); nothing is placed before."""
+        self.leases = Leases(getattr(settings, "fence", None) or FenceSettings())
+        """The instances' leases (``fabric.core.jobs.fence``)."""
+        self.book.lease_ends = self.leases.ends
 
     # -- reads of the world ---------------------------------------------------------------------------
     def where(self, node_id: str) -> tuple[str | None, str | None] | None:

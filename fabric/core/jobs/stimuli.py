@@ -76,6 +76,17 @@ class InstanceEnded(Stimulus):
     reason: str
     preempted: bool = False
     invalid: str | None = None
+    node_died: bool = False
+    """Ray reported it dead because its node died: that side may be cut off and still run it, so
+    its replacement waits for its lease to end (``fabric.core.jobs.fence``)."""
+
+
+@dataclass(frozen=True)
+class LeaseAsked(Stimulus):
+    """An instance asks to renew its lease (answered ``granted`` or ``refused``)."""
+
+    job_id: str
+    instance_key: str
 
 
 @dataclass(frozen=True)
@@ -232,10 +243,10 @@ class SlotReserved(Stimulus):
 JobsStimulus = (JobSubmitted | StopRequested | JobPlaced | JobUnplaced | InstanceStarted | InstanceEnded | DormantSet
                 | BundleCreated | BundleUpdated | BundleDeleted | MigrateRequested | AbortRequested | SagaStepAnswered
                 | Closing | DrainJobsRequested | EvictRequested | WithdrawRequested | RayDrainAnswered | JobsNodeLost
-                | CapacityJoined | DrainsFollowed | PlacementsDue | JobsTick | Restarted | SlotReserved)
+                | CapacityJoined | DrainsFollowed | PlacementsDue | JobsTick | Restarted | SlotReserved | LeaseAsked)
 
 
 __all__ = ["AbortRequested", "BundleCreated", "BundleDeleted", "BundleUpdated", "CapacityJoined", "Closing", "DormantSet",
            "DrainJobsRequested", "DrainsFollowed", "EvictRequested", "InstanceEnded", "InstanceStarted", "JobPlaced", "JobSubmitted",
-           "JobUnplaced", "JobsNodeLost", "JobsStimulus", "JobsTick", "MigrateRequested", "PlacementsDue", "RayDrainAnswered", "Restarted",
+           "JobUnplaced", "JobsNodeLost", "JobsStimulus", "JobsTick", "LeaseAsked", "MigrateRequested", "PlacementsDue", "RayDrainAnswered", "Restarted",
            "SagaAnswer", "SagaStepAnswered", "SlotReserved", "StopRequested", "WithdrawRequested"]

@@ -1,0 +1,190 @@
+"""The fence (``fabric.core.jobs.fence``), through ``JobsCore.handle`` only with ``validate_state()``
+after every step (the pure executor of test_jobs_core), and the instance side's ``LeaseKeeper``
+on a fake clock.
+
+The rule under test: a job's replacement never starts before the old instance's lease has surely
+ended (the last grant + ``lease_ttl_s`` + ``margin_s``), whenever the old instance's end is not
+known for sure; and an instance ends its own process once its lease has run out."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabric.core.jobs import JobState
+from fabric.core.jobs import stimuli as js
+from fabric.core.settings_fence import FenceSettings
+from fabric.rayio.instances import GRANTED, REFUSED, LeaseKeeper
+from test_jobs_core import SPEC, Fleet, _settle
+
+FENCE = FenceSettings()
+LIMIT = FENCE.lease_ttl_s + FENCE.margin_s
+
+
+def running(f: Fleet, job_id: str = "a") -> str:
+    f.handle(js.JobSubmitted(job_id, SPEC))
+    f.handle(js.PlacementsDue())
+    _settle(f)
+    rec = f.core.book.job(job_id)
+    assert rec.state == JobState.RUNNING and rec.binding is not None
+    return rec.binding.instance_key
+
+
+def renew(f: Fleet, key: str, job_id: str = "a") -> str:
+    return f.handle(js.LeaseAsked(job_id, key))
+
+
+def at(f: Fleet, t: float) -> None:
+    f.now = t
+    f.handle(js.JobsTick())
+    f.handle(js.PlacementsDue())
+    _settle(f)
+
+
+def test_only_the_bound_instance_is_granted_a_renewal():
+    f = Fleet()
+    key = running(f)
+    assert renew(f, key) == GRANTED and f.core.leases.grants[key] == f.now
+    assert renew(f, "primary@someone-else") == REFUSED
+    assert renew(f, key, job_id="no-such-job") == REFUSED
+
+
+def test_a_lost_node_s_job_is_replaced_only_once_the_old_lease_has_surely_ended():
+    f = Fleet()
+    key = running(f)
+    granted_at = f.now
+    assert renew(f, key) == GRANTED
+    f.now += 5.0
+    node = f.live[("a", key)]
+    del f.world.nodes[node]
+    f.handle(js.JobsNodeLost(node))  # cut off: its instance may still run there
+    rec = f.core.book.job("a")
+    assert rec.state == JobState.RECOVERING and rec.not_before == pytest.approx(granted_at + LIMIT)
+    fenced = [e for e in f.events if e.kind == "job_fenced"]
+    assert len(fenced) == 1 and fenced[0].data["instance_key"] == key
+    assert fenced[0].data["wait_s"] == pytest.approx(LIMIT - 5.0)
+    assert renew(f, key) == REFUSED  # the old instance, if it reaches us, renews no more
+    at(f, granted_at + LIMIT - 0.5)
+    assert f.core.book.job("a").state == JobState.RECOVERING
+    at(f, granted_at + LIMIT + 0.5)
+    rec = f.core.book.job("a")
+    assert rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key != key
+
+
+def test_an_instance_ray_holds_dead_with_its_node_is_fenced_one_that_died_is_not():
+    f = Fleet()
+    key = running(f, "a")
+    other = running(f, "b")
+    assert renew(f, key, "a") == GRANTED and renew(f, other, "b") == GRANTED
+    f.live.pop(("a", key))
+    f.handle(js.InstanceEnded("a", key, "The actor is dead because its node has died.", node_died=True))
+    assert f.core.book.job("a").not_before == pytest.approx(f.now + LIMIT)
+    f.live.pop(("b", other))
+    f.handle(js.InstanceEnded("b", other, "worker died"))
+    assert f.core.book.job("b").not_before < f.now + LIMIT  # a process seen ending: its policy's wait only
+    assert not [e for e in f.events if e.kind == "job_fenced" and e.data["job_id"] == "b"]
+
+
+def test_an_instance_that_never_held_a_lease_never_served_so_nothing_waits():
+    f = Fleet()
+    key = running(f)
+    node = f.live[("a", key)]
+    del f.world.nodes[node]
+    f.handle(js.JobsNodeLost(node))
+    assert f.core.book.job("a").not_before < f.now + LIMIT
+    assert not [e for e in f.events if e.kind == "job_fenced"]
+
+
+def test_a_lease_that_lapsed_means_the_instance_stopped_itself_and_the_job_recovers():
+    f = Fleet()
+    key = running(f)
+    start = f.now
+    assert renew(f, key) == GRANTED
+    at(f, start + LIMIT - 1)
+    assert f.core.book.job("a").binding.instance_key == key  # type: ignore[union-attr]
+    at(f, start + LIMIT + 1)  # no renewal since: it ended its own process, on whichever side of a cut
+    rec = f.core.book.job("a")
+    assert rec.binding is not None and rec.binding.instance_key != key and rec.state == JobState.RUNNING
+    assert any("no lease renewal" in reason for _, _, reason in rec.history)
+    assert ("a", key) not in f.live  # and it was killed, in case it was only slow
+
+
+def test_after_a_restart_every_instance_bound_then_counts_as_renewed_at_the_restart():
+    f = Fleet()
+    key = running(f)
+    assert renew(f, key) == GRANTED
+    f.now += 100.0
+    f.restart()
+    restarted_at = f.now
+    f.now += 3.0
+    node = f.live[("a", key)]
+    del f.world.nodes[node]
+    f.handle(js.JobsNodeLost(node))
+    assert f.core.book.job("a").not_before == pytest.approx(restarted_at + LIMIT)
+
+
+def test_a_migration_s_target_is_granted_and_the_source_is_refused_once_it_moved():
+    f = Fleet()
+    key = running(f)
+    f.handle(js.MigrateRequested("a", "stop_then_start"))
+    _settle(f)
+    rec = f.core.book.job("a")
+    assert rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key != key
+    assert renew(f, rec.binding.instance_key) == GRANTED
+    assert renew(f, key) == REFUSED
+
+
+# -- the instance side -------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def keeper(answers: list[str | None], clock: Clock, *, latency: float = 0.0) -> tuple[LeaseKeeper, list[tuple[float, str]]]:
+    ended: list[tuple[float, str]] = []
+    replies = iter(answers)
+
+    def ask() -> str | None:
+        clock.t += latency
+        return next(replies, None)
+
+    k = LeaseKeeper(ask, 20.0, 4.0, end=lambda why: ended.append((clock.t, why)), clock=clock, sleep=clock.sleep)
+    return k, ended
+
+
+def test_a_grant_holds_the_lease_from_when_the_renewal_was_sent_not_answered():
+    clock = Clock()
+    k, _ = keeper([GRANTED], clock, latency=1.5)
+    assert k.first() and k.until == pytest.approx(20.0)  # sent at 0, answered at 1.5
+
+
+def test_the_process_ends_when_renewals_stop_coming_back_and_not_before():
+    clock = Clock()
+    k, ended = keeper([GRANTED, GRANTED, GRANTED], clock)  # then nothing answers: the link is cut
+    assert k.first()
+    k.run()
+    assert k.renewals == 3 and len(ended) == 1
+    last_grant_sent = 8.0  # grants at 0, 4, 8
+    assert ended[0][0] == pytest.approx(last_grant_sent + 20.0) and "no renewal granted for 20 s" in ended[0][1]
+
+
+def test_a_refused_renewal_stops_the_renewals_and_the_process_ends_at_its_lease_s_end():
+    clock = Clock()
+    k, ended = keeper([GRANTED, REFUSED], clock)
+    assert k.first()
+    k.run()
+    assert ended == [(pytest.approx(20.0), "its renewal was refused")]
+
+
+def test_no_first_grant_means_the_user_s_constructor_never_runs():
+    clock = Clock()
+    k, _ = keeper([REFUSED], clock)
+    assert not k.first() and k.refused
+    clock2 = Clock()
+    k2, _ = keeper([], clock2)  # the scheduler never answers
+    assert not k2.first() and clock2.t >= 20.0
