@@ -21,7 +21,7 @@ answers on the bridge): ``nodes()``, ``wait_nodes``.
 ``close()`` (or leaving the ``with`` block, also on an exception) kills every process group it
 started, then whatever still lives in its namespaces, and deletes its namespaces, links, nft
 tables, run folder and run record. Needs root, ``ip`` and network namespaces
-(``netns_problem()`` says what is missing); one-way cuts need ``nft`` or ``iptables``.
+(``netns_problem()`` says what is missing); one-way cuts need ``nft`` (``one_way_problem()``).
 """
 
 from __future__ import annotations
@@ -75,9 +75,11 @@ def netns_problem() -> str | None:
 
 
 def one_way_problem() -> str | None:
-    """Why ``cut_one_way`` cannot run here (neither ``nft`` nor ``iptables``), or None."""
-    if shutil.which("nft") or shutil.which("iptables"):
+    """Why ``cut_one_way`` cannot run here (no ``nft``: an ``iptables`` fallback is not built), or None."""
+    if shutil.which("nft"):
         return None
+    if shutil.which("iptables"):
+        return "nft is not installed and one-way cuts through iptables are not built (apt-get install nftables)"
     return "neither nft nor iptables is installed (apt-get install nftables)"
 
 
@@ -416,7 +418,7 @@ class NetnsFleet:
 
     def cut_one_way(self, name: str, direction: str) -> None:
         """Drop host ``name``'s IPv4 packets one way: ``out`` what it sends, ``in`` what is sent to
-        it, with an nft ``bridge`` table of its own (``iptables`` when ``nft`` is missing)."""
+        it, with an nft ``bridge`` table of its own. ``NetnsError`` saying why without ``nft``."""
         host = self.hosts[name]
         if shutil.which("nft"):
             table = self.names.nft_table(host.index)
@@ -430,8 +432,6 @@ class NetnsFleet:
             if proc.returncode != 0:
                 raise NetnsError(f"nft refused the one-way drop for {name}: {proc.stderr.strip()}")
             host.cut_tables.append(table)
-        elif shutil.which("iptables"):
-            raise NetnsError("one-way cuts through iptables are not built; install nftables")
         else:
             raise NetnsError(one_way_problem() or "no packet filter")
 

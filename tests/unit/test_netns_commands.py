@@ -67,6 +67,8 @@ def test_the_problem_helpers_name_what_is_missing(monkeypatch):
     monkeypatch.setattr(netns.shutil, "which", lambda name: None)
     assert "`ip` command" in (netns_problem() or "")
     assert "neither nft nor iptables" in (one_way_problem() or "")
+    monkeypatch.setattr(netns.shutil, "which", lambda name: "/usr/sbin/iptables" if name == "iptables" else None)
+    assert "through iptables are not built" in (one_way_problem() or "")
     monkeypatch.setattr(netns.shutil, "which", lambda name: "/usr/sbin/nft" if name == "nft" else None)
     assert one_way_problem() is None
     monkeypatch.setattr(netns.sys, "platform", "darwin")
