@@ -78,9 +78,21 @@ from probes.profiles import profile_path  # noqa: E402
 
 FLEET = ("cpu-only-box", "cpu-only-box", "cpu-only-box", "steamdeck-apu")
 SETTINGS: dict[str, Any] = {}
-"""The fabric's default settings: what a user gets. (Heartbeats every 0.5 s, offline after 2.5 s,
-as the chaos runs use, declare nodes lost that are only starved of CPU while this 2-core machine
-starts a hundred workers, and their jobs then move for no reason.)"""
+"""The fabric's default settings: what a user gets (``--lease-ttl`` sets the fence's lease). (Heartbeats
+every 0.5 s, offline after 2.5 s, as the chaos runs use, declare nodes lost that are only starved of
+CPU while this 2-core machine starts a hundred workers, and their jobs then move for no reason.)
+A killed node's job is fenced: the fabric cannot tell a dead node from one cut off, so its
+replacement waits for the old instance's lease to end (the default lease, 20 s, puts about 22 s
+into the fabric's recovery; Ray's actor restarts without that wait, and may run twice)."""
+
+
+def fence_settings(lease_ttl_s: float | None) -> dict[str, Any]:
+    """The settings with the fence's lease at ``lease_ttl_s`` (renewed four times a lease, a margin of
+    a quarter lease up to 2 s); the defaults for None."""
+    if lease_ttl_s is None:
+        return dict(SETTINGS)
+    return {**SETTINGS, "fence": {"lease_ttl_s": lease_ttl_s, "renew_every_s": lease_ttl_s / 4,
+                                  "margin_s": min(2.0, lease_ttl_s / 4)}}
 POLL_S = 0.05
 """Sleep between two tries of a call that failed while the job recovers."""
 CALL_TIMEOUT_S = 5.0
@@ -130,12 +142,12 @@ class Fleet:
     again within minutes would be flap-held by the fabric's health monitor (``flap_hold_s``), and
     rightly so."""
 
-    def __init__(self, recordings: dict[str, Path], timeout_s: float) -> None:
+    def __init__(self, recordings: dict[str, Path], timeout_s: float, settings: dict[str, Any] | None = None) -> None:
         self.recordings = recordings
         self.profile: dict[str, str] = {}
         self.born: dict[str, float] = {}
         self.count = 0
-        self.lf = LocalFabric([], settings=SETTINGS, timeout_s=timeout_s)
+        self.lf = LocalFabric([], settings=SETTINGS if settings is None else settings, timeout_s=timeout_s)
         try:
             for profile in FLEET:
                 self.add(profile, wait=False)
@@ -416,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, help="slots (CPUs) per node (default: enough for --jobs and the trials)")
     ap.add_argument("--mem-share", type=float, default=0.6, help="share of available memory the jobs may take (default 0.6)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds the placement phase may take (default 600)")
+    ap.add_argument("--lease-ttl", type=float, metavar="S",
+                    help="the fence's lease in seconds (default: the fabric's, 20 s); a killed node's job waits for it")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args(argv)
     if args.trials < 1 or args.jobs < 1:
@@ -426,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recordings = write_recordings(work, slots)
         t0 = time.monotonic()
-        fleet = Fleet(recordings, timeout_s=180)
+        fleet = Fleet(recordings, timeout_s=180, settings=fence_settings(args.lease_ttl))
         lf = fleet.lf
         print(f"fleet: {', '.join(n.name for n in lf.nodes)} ({slots} slots each), up in {time.monotonic() - t0:.1f} s", flush=True)
 
@@ -474,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plain Ray, {jobs} actors of the same shape: all answering in {ray_start_s:.2f} s ({ray_rate:.1f} actors/s); "
               f"fabric running rate / Ray's {running_rate / ray_rate:.2f}", flush=True)
         result = {
+            "lease_ttl_s": args.lease_ttl if args.lease_ttl is not None else 20.0,
             "recovery_ratio_to_ray": round(ratio, 3), "fabric_recovery_s": round(fabric_s, 3), "ray_recovery_s": round(ray_s, 3),
             "ray_death_detection_s": None if detect_s is None else round(detect_s, 3),
             "jobs_placed_per_s": round(placed_rate, 2), "jobs_running_per_s": round(running_rate, 2), "jobs": jobs,
