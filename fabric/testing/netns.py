@@ -41,7 +41,7 @@ from typing import Mapping, Sequence
 
 from fabric.testing.netns_net import (
     Names, NetnsError, RunRecord, clean_leftovers, current_networks, kill_groups, kill_namespace_pids, one_way_rules,
-    pick_subnet, records, remove_everything, sh, state_lock,
+    pick_subnet, process_start, records, remove_everything, sh, state_lock,
 )
 
 __all__ = ["FAST_HEALTH", "NetnsError", "NetnsFleet", "NetnsHost", "head_argv", "host_env", "join_argv", "netns_problem",
@@ -203,7 +203,7 @@ class NetnsFleet:
                 index, net = pick_subnet(current_networks(), [r.index for r in records()])
                 self.folder.mkdir(mode=0o700)
                 self.record = RunRecord(pid=os.getpid(), run_id=self.names.run_id, index=index, subnet=str(net),
-                                        folder=str(self.folder))
+                                        folder=str(self.folder), started=process_start(os.getpid()) or "")
                 self.record.save()
             self.subnet = net
             bridge = self.names.bridge
@@ -355,9 +355,14 @@ class NetnsFleet:
             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside host ``name``'s namespace (default: the head's) with ``driver_env``
         (``env`` over it); ``name`` ``""``: in the root namespace with the same environment."""
-        env = {**self.driver_env(name or None), **(env or {})}
-        prefix = [] if name == "" else ["ip", "netns", "exec", self.hosts[name].namespace if name else self.head.namespace]
-        return subprocess.run([*prefix, *argv], env=env, capture_output=True, text=True, timeout=timeout_s,
+        full = {**self.driver_env(name or None), **(env or {})}
+        prefix: list[str] = []
+        if name != "":
+            host = self.hosts[name] if name else self.head
+            if host is None:
+                raise NetnsError("no head started yet")
+            prefix = ["ip", "netns", "exec", host.namespace]
+        return subprocess.run([*prefix, *argv], env=full, capture_output=True, text=True, timeout=timeout_s,
                               cwd=str(self.folder))
 
     def run_python(self, code: str, *, host: str | None = None, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,7 @@ command is ``sh`` (``subprocess.run``, raising ``NetnsError`` with the command's
 
 Two runs at once never share a /28: the choice is made under an ``flock`` on
 ``/tmp/fabric-netns/lock`` and recorded in ``/tmp/fabric-netns/<index>.json`` with the owner's pid.
-A record whose owner pid is dead is a leftover: ``clean_leftovers`` removes what it names (its
+A record whose owner pid is dead (or reused: the start time differs) is a leftover: ``clean_leftovers`` removes what it names (its
 processes, namespaces, links, nft table and run folder) and the record. A live owner's record, and
 everything it names, is never touched.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 __all__ = ["FLEET_RANGE", "Names", "NetnsError", "RunRecord", "STATE_DIR", "clean_leftovers", "current_networks", "kill_groups",
-           "kill_namespace_pids", "networks_in_use", "one_way_rules", "pick_subnet", "pid_alive", "records", "remove_everything",
+           "kill_namespace_pids", "networks_in_use", "one_way_rules", "pick_subnet", "pid_alive", "process_start", "records", "remove_everything",
            "sh", "state_lock", "subnets"]
 
 FLEET_RANGE = ipaddress.IPv4Network("198.51.100.0/24")
@@ -152,6 +152,12 @@ class RunRecord:
     links: list[str] = field(default_factory=list)
     nft_tables: list[str] = field(default_factory=list)
     pgids: list[int] = field(default_factory=list)
+    started: str = ""
+    """The owner's start time (``/proc/<pid>/stat``'s 22nd field): a reused pid is not the owner."""
+
+    def owner_alive(self) -> bool:
+        """The process that made this run still lives (its pid alive, with the start time recorded)."""
+        return pid_alive(self.pid) and (not self.started or process_start(self.pid) == self.started)
 
     @property
     def path(self) -> Path:
@@ -185,6 +191,14 @@ def pid_alive(pid: int) -> bool:
         return stat.rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
+
+
+def process_start(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 @contextmanager
@@ -291,7 +305,7 @@ def clean_leftovers() -> list[str]:
     ``state_lock``). A live owner's run is left alone. Returns the run ids cleaned."""
     cleaned = []
     for rec in records():
-        if pid_alive(rec.pid):
+        if rec.owner_alive():
             continue
         remove_everything(rec)
         rec.path.unlink(missing_ok=True)

@@ -231,6 +231,10 @@ def test_teardown_removes_everything_also_when_the_body_raises():
             proc = f.spawn("x", ["sleep", "600"])
             stray = subprocess.Popen(["ip", "netns", "exec", f.hosts["x"].namespace, "sleep", "600"],
                                      start_new_session=True)  # not in a group the fleet made: found in the namespace
+            f.cut_all_from("x")
+            assert "state DOWN" in sh(["ip", "link", "show", f.hosts["x"].veth]).stdout
+            f.heal("x")
+            assert "state DOWN" not in sh(["ip", "link", "show", f.hosts["x"].veth]).stdout
             if one_way_problem() is None:
                 f.cut_one_way("x", "in")
             assert left_behind(f.names)

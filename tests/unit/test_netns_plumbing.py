@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from fabric.testing.netns_net import (
-    FLEET_RANGE, Names, NetnsError, RunRecord, networks_in_use, one_way_rules, pick_subnet, pid_alive, subnets,
+    FLEET_RANGE, Names, NetnsError, RunRecord, networks_in_use, one_way_rules, pick_subnet, pid_alive, process_start, subnets,
 )
 
 ROUTES = """default via 192.0.2.1 dev eth0
@@ -118,3 +118,15 @@ def test_pid_alive_tells_a_living_process_from_a_reaped_one():
     proc = subprocess.Popen(["true"])
     proc.wait()
     assert not pid_alive(proc.pid)
+
+
+def test_a_record_owner_is_alive_only_with_its_pid_and_its_start_time():
+    mine = process_start(os.getpid())
+    assert mine is not None
+    rec = RunRecord(pid=os.getpid(), run_id="abcdef", index=0, subnet="198.51.100.0/28", folder="", started=mine)
+    assert rec.owner_alive()
+    assert not RunRecord(pid=os.getpid(), run_id="abcdef", index=0, subnet="", folder="", started="1").owner_alive()
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert process_start(proc.pid) is None
+    assert not RunRecord(pid=proc.pid, run_id="abcdef", index=0, subnet="", folder="").owner_alive()
