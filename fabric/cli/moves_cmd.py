@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, Sequence, TextIO
 
 from fabric.cli.common import EXIT_FAILED, EXIT_USAGE, api_address, bad_address, remote_parents, run_over_api
+from fabric.cli.tables import NARROW, render_table
 from fabric.core.errors import FabricError
 from fabric.core.scheduler_args import INTERRUPTION_KINDS, STRATEGY_NAMES
 from fabric.core.scheduling.messages import read_seconds
@@ -155,14 +156,13 @@ def drain_lines(state: Any, now: float, shown: str | None = None) -> list[str]:
     if not jobs:
         lines.append("  no jobs on the node")
         return lines
-    lines.append(f"  {'JOB':<20} {'STATUS':<11} {'MIGRATION':<14} REASON")
+    body = []
     for job_id, job in sorted(jobs.items()):
         job = job if isinstance(job, dict) else {"status": job}
-        reason = job.get("reason") or ""
-        reason = reason if len(reason) <= 30 else reason[:29] + "~"
-        lines.append(f"  {_cut(job_id, 20):<20} {_cut(job.get('status'), 11):<11} {_cut(job.get('migration_id'), 14):<14} "
-                     f"{reason}".rstrip())
-    return lines
+        body.append([job_id, job.get("status") or "-", job.get("migration_id") or "-", job.get("reason") or ""])
+    table, _ = render_table(("JOB", "STATUS", "MIGRATION", "REASON"), body, NARROW - 2,
+                            shrink={"REASON": 12, "JOB": 12, "MIGRATION": 10})
+    return lines + [f"  {line}" for line in table]
 
 
 def migration_rows(states: Sequence[Any], now: float, node_names: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -183,16 +183,14 @@ def format_migrations(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "no migrations"
 
-    def line(cells: Sequence[str]) -> str:
-        return " ".join(f"{_cut(c, w):<{w}}" for c, w in zip(cells, _WIDTHS)).rstrip()
-
-    out = [line(MIGRATIONS_HEADER)]
     half = (_WIDTHS[4] - 4) // 2  # " -> " between two halves
-    for r in rows:
-        move = f"{_cut(r.get('source_name'), half)} -> {_cut(r.get('target_name'), half)}"
-        out.append(line((r.get("migration_id"), r.get("job_id"), r.get("strategy"), r.get("phase"), move,
-                         _secs(r.get("age_s")))))
-    return "\n".join(out)
+    body = [[r.get("migration_id") or "-", r.get("job_id") or "-", r.get("strategy") or "-", r.get("phase") or "-",
+             f"{_cut(r.get('source_name'), half)} -> {_cut(r.get('target_name'), half)}", _secs(r.get("age_s"))]
+            for r in rows]
+    lines, _ = render_table(MIGRATIONS_HEADER, body, NARROW, right=("AGE",),
+                            shrink={"ID": _WIDTHS[0], "JOB": _WIDTHS[1], "SOURCE -> TARGET": _WIDTHS[4],
+                                    "STRATEGY": 8, "PHASE": 8})
+    return "\n".join(lines)
 
 
 def _history_line(entry: Any, started: float | None) -> str:
