@@ -73,3 +73,17 @@ def test_the_problem_helpers_name_what_is_missing(monkeypatch):
     assert one_way_problem() is None
     monkeypatch.setattr(netns.sys, "platform", "darwin")
     assert "Linux only" in (netns_problem() or "")
+
+
+def test_a_fleet_takes_its_health_checks_as_parameters_before_it_touches_the_machine():
+    from fabric.testing.netns import NetnsFleet
+
+    assert NetnsFleet().system_config == FAST_HEALTH
+    assert NetnsFleet(ray_defaults=True).system_config == {}
+    custom = NetnsFleet(health_check_period_ms=200, health_check_failure_threshold=5, health_check_timeout_ms=300)
+    assert custom.system_config == {"health_check_period_ms": 200, "health_check_failure_threshold": 5,
+                                    "health_check_timeout_ms": 300}
+    a, b = NetnsFleet(), NetnsFleet()
+    assert a.names.run_id != b.names.run_id and str(a.folder) == f"/tmp/afn-{a.names.run_id}"
+    assert not a.folder.exists() and a.record is None
+    a.close()  # nothing was made: closing is a no-op
