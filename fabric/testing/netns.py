@@ -9,7 +9,8 @@ address, ``lo`` up and a default route via the bridge. Each host has its own ``H
 honours per node, a worker node included) under one run folder, ``/tmp/afn-<runid>``.
 
 Partitions tell the fabric nothing: ``cut`` takes a host's link down (its veth's root end),
-``cut_one_way`` drops its IPv4 packets one way with an nft table of the ``bridge`` family,
+``cut_one_way`` drops its IPv4 packets one way (an nft table of the ``bridge`` family, or an
+``iptables`` chain where ``nft`` is missing),
 ``cut_all_from`` cuts the head from every node, ``heal`` undoes any of them.
 
 A Ray driver must run on a node of the cluster (Ray 2.60 attaches a driver to a raylet with the
@@ -20,8 +21,8 @@ answers on the bridge): ``nodes()``, ``wait_nodes``.
 
 ``close()`` (or leaving the ``with`` block, also on an exception) kills every process group it
 started, then whatever still lives in its namespaces, and deletes its namespaces, links, nft
-tables, run folder and run record. Needs root, ``ip`` and network namespaces
-(``netns_problem()`` says what is missing); one-way cuts need ``nft`` (``one_way_problem()``).
+tables, iptables chains, run folder and run record. Needs root, ``ip`` and network namespaces
+(``netns_problem()`` says what is missing); one-way cuts need ``nft`` or ``iptables`` (``one_way_problem()``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from fabric.testing.netns_net import (
-    Names, NetnsError, RunRecord, clean_leftovers, current_networks, kill_groups, kill_namespace_pids, one_way_rules,
-    pick_subnet, process_start, records, remove_everything, sh, state_lock,
+    Names, NetnsError, RunRecord, clean_leftovers, current_networks, drop_iptables_chain, kill_groups, kill_namespace_pids,
+    one_way_iptables, one_way_rules, pick_subnet, process_start, records, remove_everything, sh, state_lock,
 )
 
 __all__ = ["FAST_HEALTH", "NetnsError", "NetnsFleet", "NetnsHost", "head_argv", "host_env", "join_argv", "netns_problem",
@@ -75,11 +76,9 @@ def netns_problem() -> str | None:
 
 
 def one_way_problem() -> str | None:
-    """Why ``cut_one_way`` cannot run here (no ``nft``: an ``iptables`` fallback is not built), or None."""
-    if shutil.which("nft"):
+    """Why ``cut_one_way`` cannot run here (neither ``nft`` nor ``iptables``), or None."""
+    if shutil.which("nft") or shutil.which("iptables"):
         return None
-    if shutil.which("iptables"):
-        return "nft is not installed and one-way cuts through iptables are not built (apt-get install nftables)"
     return "neither nft nor iptables is installed (apt-get install nftables)"
 
 
@@ -145,7 +144,8 @@ class NetnsHost:
     proc: subprocess.Popen[bytes] | None = field(repr=False, default=None)
     role: str = ""
     """``head`` or ``node`` once started."""
-    cut_tables: list[str] = field(default_factory=list)
+    cut_tables: list[tuple[str, str]] = field(default_factory=list)
+    """The one-way cuts in force: (``nft`` or ``iptables``, table or chain name)."""
 
     @property
     def temp_dir(self) -> Path:
@@ -421,14 +421,19 @@ class NetnsFleet:
         """Cut host ``name`` (the head, typically) from every other host and the driver."""
         self.cut(name)
 
-    def cut_one_way(self, name: str, direction: str) -> None:
+    def cut_one_way(self, name: str, direction: str, *, tool: str | None = None) -> None:
         """Drop host ``name``'s IPv4 packets one way: ``out`` what it sends, ``in`` what is sent to
-        it, with an nft ``bridge`` table of its own. ``NetnsError`` saying why without ``nft``."""
+        it. ``tool``: ``nft`` (a ``bridge`` family table of its own), ``iptables`` (a chain of its
+        own, matching the host's address; bridged packets reach it through ``br_netfilter``), or
+        None: ``nft`` when installed, else ``iptables``. ``NetnsError`` saying why when neither is."""
         host = self.hosts[name]
-        if shutil.which("nft"):
-            table = self.names.nft_table(host.index)
+        tool = tool or ("nft" if shutil.which("nft") else "iptables" if shutil.which("iptables") else None)
+        if tool is None or shutil.which(tool) is None:
+            raise NetnsError(one_way_problem() or f"{tool} is not installed")
+        assert self.record is not None
+        table = self.names.nft_table(host.index)
+        if tool == "nft":
             script = one_way_rules(table, host.veth, direction)
-            assert self.record is not None
             self.record.nft_tables.append(table)
             self._save()
             if sh(["nft", "list", "table", "bridge", table], check=False).returncode == 0:
@@ -436,23 +441,34 @@ class NetnsFleet:
             proc = subprocess.run(["nft", "-f", "-"], input=script, capture_output=True, text=True, timeout=30)
             if proc.returncode != 0:
                 raise NetnsError(f"nft refused the one-way drop for {name}: {proc.stderr.strip()}")
-            host.cut_tables.append(table)
+        elif tool == "iptables":
+            commands = one_way_iptables(table, host.address, direction)
+            self.record.iptables_chains.append(table)
+            self._save()
+            drop_iptables_chain(table)
+            for argv in commands:
+                sh(argv)
         else:
-            raise NetnsError(one_way_problem() or "no packet filter")
+            raise ValueError(f"tool {tool!r}: nft or iptables")
+        host.cut_tables.append((tool, table))
 
     def heal(self, name: str) -> None:
-        """Undo every cut of host ``name``: its link up, its one-way tables gone."""
+        """Undo every cut of host ``name``: its link up, its one-way tables and chains gone."""
         host = self.hosts[name]
-        for table in host.cut_tables:
-            if sh(["nft", "list", "table", "bridge", table], check=False).returncode == 0:
+        for tool, table in host.cut_tables:
+            if tool == "iptables":
+                left = drop_iptables_chain(table)
+                if left:
+                    raise NetnsError("; ".join(left))
+            elif sh(["nft", "list", "table", "bridge", table], check=False).returncode == 0:
                 sh(["nft", "delete", "table", "bridge", table])
         host.cut_tables.clear()
         sh(["ip", "link", "set", host.veth, "up"])
 
     # -- teardown ------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Kill every process it started, delete its namespaces, links, nft tables, run folder and
-        record. Idempotent; ``NetnsError`` listing what could not be removed."""
+        """Kill every process it started, delete its namespaces, links, nft tables, iptables chains,
+        run folder and record. Idempotent; ``NetnsError`` listing what could not be removed."""
         if self._closed:
             return
         self._closed = True

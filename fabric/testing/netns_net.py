@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-__all__ = ["FLEET_RANGE", "Names", "NetnsError", "RunRecord", "STATE_DIR", "clean_leftovers", "current_networks", "kill_groups",
-           "kill_namespace_pids", "networks_in_use", "one_way_rules", "pick_subnet", "pid_alive", "process_start", "records", "remove_everything",
-           "sh", "state_lock", "subnets"]
+__all__ = ["FLEET_RANGE", "Names", "NetnsError", "RunRecord", "STATE_DIR", "clean_leftovers", "current_networks",
+           "drop_iptables_chain", "kill_groups", "kill_namespace_pids", "networks_in_use", "one_way_iptables", "one_way_rules",
+           "pick_subnet", "pid_alive", "process_start", "records", "remove_everything", "sh", "state_lock", "subnets"]
 
 FLEET_RANGE = ipaddress.IPv4Network("198.51.100.0/24")
 """Every fleet's addresses come from here (TEST-NET-2: never routed on a real network)."""
@@ -151,6 +151,7 @@ class RunRecord:
     namespaces: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     nft_tables: list[str] = field(default_factory=list)
+    iptables_chains: list[str] = field(default_factory=list)
     pgids: list[int] = field(default_factory=list)
     started: str = ""
     """The owner's start time (``/proc/<pid>/stat``'s 22nd field): a reused pid is not the owner."""
@@ -290,6 +291,9 @@ def remove_everything(rec: RunRecord) -> list[str]:
             proc = sh(["nft", "delete", "table", "bridge", table], check=False)
             if proc.returncode != 0:
                 problems.append(f"nft table {table}: {proc.stderr.strip()}")
+    for chain in rec.iptables_chains:
+        if shutil.which("iptables"):
+            problems.extend(drop_iptables_chain(chain))
     for link in rec.links:
         if sh(["ip", "link", "show", link], check=False).returncode == 0:
             proc = sh(["ip", "link", "delete", link], check=False)
@@ -325,3 +329,33 @@ def one_way_rules(table: str, link: str, direction: str) -> str:
     chains = "\n".join(f"  chain {hook} {{ type filter hook {hook} priority 0; policy accept; "
                        f"ether type ip {match} drop; }}" for hook in hooks)
     return f"table bridge {table} {{\n{chains}\n}}\n"
+
+
+IPTABLES_HOOKS = {"out": ("FORWARD", "INPUT"), "in": ("FORWARD", "OUTPUT")}
+"""The built-in chains that jump to a one-way chain: what the host sends is forwarded to another
+host (bridged IPv4 passes FORWARD with ``br_netfilter``) or delivered to the root namespace
+(INPUT); what it is sent comes from another host (FORWARD) or the root namespace (OUTPUT)."""
+
+
+def one_way_iptables(chain: str, address: str, direction: str) -> list[list[str]]:
+    """The ``iptables`` commands (argv lists, in order) that drop the IPv4 packets from (``out``)
+    or to (``in``) ``address`` in a chain ``chain`` of their own, jumped to from the built-in chains."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction {direction!r}: one of {', '.join(DIRECTIONS)}")
+    match = ["-s", address] if direction == "out" else ["-d", address]
+    cmds = [["iptables", "-w", "-N", chain], ["iptables", "-w", "-A", chain, *match, "-j", "DROP"]]
+    cmds += [["iptables", "-w", "-I", hook, "1", "-j", chain] for hook in IPTABLES_HOOKS[direction]]
+    return cmds
+
+
+def drop_iptables_chain(chain: str) -> list[str]:
+    """Remove ``chain`` and every jump to it; what could not be removed, in words (nothing when it is gone)."""
+    if sh(["iptables", "-w", "-n", "-L", chain], check=False).returncode != 0:
+        return []
+    for hook in ("FORWARD", "INPUT", "OUTPUT"):
+        for _ in range(10):
+            if sh(["iptables", "-w", "-D", hook, "-j", chain], check=False).returncode != 0:
+                break
+    sh(["iptables", "-w", "-F", chain], check=False)
+    proc = sh(["iptables", "-w", "-X", chain], check=False)
+    return [] if proc.returncode == 0 else [f"iptables chain {chain}: {proc.stderr.strip()}"]

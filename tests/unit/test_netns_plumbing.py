@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from fabric.testing.netns_net import (
-    FLEET_RANGE, Names, NetnsError, RunRecord, networks_in_use, one_way_rules, pick_subnet, pid_alive, process_start, subnets,
+    FLEET_RANGE, Names, NetnsError, RunRecord, networks_in_use, one_way_iptables, one_way_rules, pick_subnet, pid_alive, process_start, subnets,
 )
 
 ROUTES = """default via 192.0.2.1 dev eth0
@@ -130,3 +130,14 @@ def test_a_record_owner_is_alive_only_with_its_pid_and_its_start_time():
     proc.wait()
     assert process_start(proc.pid) is None
     assert not RunRecord(pid=proc.pid, run_id="abcdef", index=0, subnet="", folder="").owner_alive()
+
+
+def test_one_way_iptables_drops_from_or_to_the_host_address_in_a_chain_of_its_own():
+    out = one_way_iptables("afnetabcdefx01", "198.51.100.3", "out")
+    assert out[0] == ["iptables", "-w", "-N", "afnetabcdefx01"]
+    assert out[1] == ["iptables", "-w", "-A", "afnetabcdefx01", "-s", "198.51.100.3", "-j", "DROP"]
+    assert [c[3] for c in out[2:]] == ["FORWARD", "INPUT"] and all(c[-1] == "afnetabcdefx01" for c in out[2:])
+    inward = one_way_iptables("afnetabcdefx01", "198.51.100.3", "in")
+    assert inward[1][4:6] == ["-d", "198.51.100.3"] and [c[3] for c in inward[2:]] == ["FORWARD", "OUTPUT"]
+    with pytest.raises(ValueError, match="one of in, out"):
+        one_way_iptables("c", "198.51.100.3", "sideways")
