@@ -189,8 +189,16 @@ class NetnsFleet:
         self.open()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """Close; a teardown problem while the body's own exception is on its way becomes a note on
+        that exception instead of hiding it."""
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except NetnsError as problem:
+            exc.add_note(f"and the fleet's teardown failed: {problem}")
 
     def open(self) -> NetnsFleet:
         """Clean up dead runs' leftovers, take a free /28, make the bridge, run folder and token."""

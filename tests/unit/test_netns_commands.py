@@ -87,3 +87,21 @@ def test_a_fleet_takes_its_health_checks_as_parameters_before_it_touches_the_mac
     assert a.names.run_id != b.names.run_id and str(a.folder) == f"/tmp/afn-{a.names.run_id}"
     assert not a.folder.exists() and a.record is None
     a.close()  # nothing was made: closing is a no-op
+
+
+def test_a_teardown_problem_does_not_hide_the_bodys_exception():
+    import pytest
+
+    from fabric.testing.netns import NetnsError, NetnsFleet
+
+    fleet = NetnsFleet()
+
+    def failing_close() -> None:
+        raise NetnsError("teardown left: namespace af-abcdef-x: busy")
+
+    fleet.close = failing_close  # type: ignore[method-assign]
+    body = RuntimeError("the body failed")
+    fleet.__exit__(RuntimeError, body, None)
+    assert body.__notes__ == ["and the fleet's teardown failed: teardown left: namespace af-abcdef-x: busy"]
+    with pytest.raises(NetnsError, match="busy"):
+        fleet.__exit__(None, None, None)
