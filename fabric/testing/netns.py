@@ -33,6 +33,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -312,8 +313,6 @@ class NetnsFleet:
         return host
 
     def _wait_gcs(self, host: NetnsHost, timeout_s: float) -> None:
-        import socket
-
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert host.proc is not None
