@@ -23,7 +23,8 @@ __all__ = ["STATUS_HEADER", "add_parser", "format_status_table", "run_status", "
 
 def add_parser(subparsers: Any) -> None:
     s = subparsers.add_parser("status", help="print the fleet the fabric knows: name, tier, GPUs, status, running/max, utilisation, "
-                                             "last seen; then its pools, pool tiers, hot spares and prospective nodes",
+                                             "last seen (--wide: and each node's address); then its pools, pool tiers, "
+                                             "hot spares and prospective nodes",
                               parents=remote_parents("one JSON object per node, in a list"))
     add_width_flag(s)
     s.set_defaults(func=run_status)
@@ -40,33 +41,46 @@ def status_rows(records: Sequence[Any], now: float) -> list[dict[str, Any]]:
             "node_id": r.node_id, "name": r.name, "tier": (r.tier or caps.tier).value, "gpus": [g.model for g in caps.gpus],
             "status": str(r.status.value if hasattr(r.status, "value") else r.status), "running": r.running, "max": max_slots,
             "utilization": round(float(r.utilization), 3), "last_seen": r.last_seen, "last_seen_ago_s": None if not r.last_seen else round(now - r.last_seen, 1),
-            "cordoned": r.cordoned, "flap_held": r.flap_held,
+            "cordoned": r.cordoned, "flap_held": r.flap_held, "address": node_address(r),
         })
     return rows
 
 
+def node_address(record: Any) -> str | None:
+    """The address Ray knows the node by (its ``node:<address>`` resource), or None."""
+    for key in getattr(record, "ray_resources", None) or {}:
+        if key.startswith("node:") and not key.startswith("node:__"):
+            return key[len("node:"):]
+    return None
+
+
 STATUS_HEADER = ("NAME", "TIER", "GPUS", "STATUS", "RUNNING/MAX", "UTIL", "LAST SEEN", "NODE")
+WIDE_HEADER = (*STATUS_HEADER, "ADDRESS")
+"""``--wide`` adds the address Ray knows each node by."""
 _LEFT_OUT_WHEN_NARROW = ("NODE", "GPUS")
 """Columns left out, in this order, while the table cannot fit even with its long cells cut (``--json`` keeps them)."""
 _STATUS_SHRINK = {"GPUS": 10, "STATUS": 16, "NAME": 12}
 """Cells cut (with an ellipsis) to fit, in this order, down to these; a node id is whole (12) or left out."""
 
 
-def format_status_table(rows: Sequence[dict[str, Any]], now: float, width: int | None = None) -> str:
+def format_status_table(rows: Sequence[dict[str, Any]], now: float, width: int | None = None, *, address: bool = False) -> str:
     """The fleet as a table, best tier first, one line per node, no colours.
 
     ``width``: the columns to fit in (the CLI passes ``output_width``: 80 unless on a terminal);
     None, as wide as the table needs (every cell whole). A table too wide cuts its long cells
     (name, GPUs, status) with an ellipsis; where even that is too wide, NODE and then GPUS are
-    left out, with a line that says so."""
+    left out, with a line that says so. ``address`` (``--wide``) adds each node's address."""
     from fabric.core.tiers import ComputeTier
 
     body = []
     for row in sorted(rows, key=lambda r: (-ComputeTier.parse(r["tier"]).rank, r["name"], r["node_id"])):
         status = row["status"] + (" cordoned" if row["cordoned"] else "") + (" flap-held" if row["flap_held"] else "")
         body.append((row["name"], row["tier"], gpus_cell(row["gpus"]), status, f"{row['running']}/{row['max']}",
-                     f"{row['utilization'] * 100:.0f}%", ago(now, row["last_seen"]), row["node_id"][:12]))
-    lines, left_out = render_table(STATUS_HEADER, body, width, right=("RUNNING/MAX", "UTIL"), shrink=_STATUS_SHRINK,
+                     f"{row['utilization'] * 100:.0f}%", ago(now, row["last_seen"]), row["node_id"][:12],
+                     row.get("address") or "-"))
+    header = WIDE_HEADER if address else STATUS_HEADER
+    body = [cells[:len(header)] for cells in body]
+    lines, left_out = render_table(header, body, width, right=("RUNNING/MAX", "UTIL"), shrink=_STATUS_SHRINK,
                                    drop=_LEFT_OUT_WHEN_NARROW)
     if not body:
         lines.append("(no nodes registered)")
@@ -91,7 +105,8 @@ def print_status(records: Sequence[Any], args: argparse.Namespace, pools: Callab
     now = time.time()
     rows = status_rows(records, now)
     width = output_width(args)
-    print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now, width))
+    wide = bool(getattr(args, "wide", False))
+    print(json.dumps(rows, indent=2) if args.json else format_status_table(rows, now, width, address=wide))
     if not args.json:
         text = pools(width)
         if text:

@@ -140,3 +140,17 @@ def test_a_node_address_given_to_ray_start_itself_is_not_given_twice(capsys):
     assert code == 0 and out.count("--node-ip-address") == 1 and "--node-ip-address=198.51.100.9" in out
     code, out, _ = run(capsys, "join", "--address", "h:1", "--profile", "cpu-only-box", "--dry-run")
     assert "--node-ip-address" not in out  # no tailnet probed: Ray chooses
+
+
+def test_status_wide_and_json_show_the_address_ray_knows_each_node_by():
+    from fabric.cli.status_cmd import node_address
+
+    relay = NodeCapabilities(name="edge", roles=("relay",))
+    rec = _Rec("edge", relay, last_seen=time.time())
+    rec.ray_resources = {"CPU": 1.0, "node:__internal_head__": 1.0, "node:198.51.100.2": 1.0}
+    assert node_address(rec) == "198.51.100.2"
+    rows = status_rows([rec], time.time())
+    assert rows[0]["address"] == "198.51.100.2"
+    wide = format_status_table(rows, time.time(), None, address=True).splitlines()
+    assert wide[0].split()[-1] == "ADDRESS" and wide[1].split()[-1] == "198.51.100.2"
+    assert "ADDRESS" not in format_status_table(rows, time.time(), None)
