@@ -28,7 +28,6 @@ import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -41,6 +40,8 @@ from fabric import adaptive  # noqa: E402
 from probes.profiles import profile_path  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from fabric.testing.chaos import Exclusion, Outcome, read_run_log, score  # noqa: E402
+from fabric.testing.chaos_load import Load, started  # noqa: E402
+from fabric.testing.chaos_netns import NETNS_SCENARIOS  # noqa: E402
 from fabric.core import names  # noqa: E402
 from fabric.core.tiers import ComputeTier  # noqa: E402
 
@@ -53,63 +54,8 @@ SCENARIOS = ("scheduler_sigkill", "registry_sigkill", "health_sigkill", "node_ki
              "flapping", "demoted", "burst_20000", "head_restart")
 
 
-def started(call_id: str, log: str, seconds: float) -> str:
-    with open(log, "a") as f:  # every node of a local fleet is on this machine
-        f.write(f"{call_id} {ray.get_runtime_context().get_node_id()} {time.time()}\n")
-    time.sleep(seconds)
-    return call_id
-
-
 APU_DOWN = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg", name="chaos")(started)
 CUDA_ONLY = adaptive.remote(min_tier="gpu_cuda", fallback=False, name="chaos-cuda")(started)
-
-
-class Load:
-    """``n`` calls spread over ``duration_s`` from a thread; which were accepted, which refused."""
-
-    def __init__(self, fn, log: Path, n: int, duration_s: float, seconds: float = 0.05) -> None:
-        self.fn, self.log, self.n, self.seconds = fn, str(log), n, seconds
-        self.pace = duration_s / max(1, n)
-        self.accepted: dict[str, object] = {}
-        self.submitted: dict[str, float] = {}
-        """Call id -> when it was handed to ``.remote()`` (epoch seconds, like the run log)."""
-        self.refused = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        t0 = time.monotonic()
-        for i in range(self.n):
-            call_id = uuid.uuid4().hex[:16]
-            try:
-                at = time.time()
-                self.accepted[call_id] = self.fn.remote(call_id, self.log, self.seconds)
-                self.submitted[call_id] = at
-            except Exception:  # typed, at once: the caller knows; nothing was accepted
-                self.refused += 1
-            delay = t0 + (i + 1) * self.pace - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-
-    def start(self) -> "Load":
-        self.thread.start()
-        return self
-
-    def collect(self, timeout_s: float) -> tuple[set[str], dict[str, str]]:
-        self.thread.join()
-        ids, refs = list(self.accepted), list(self.accepted.values())
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s, fetch_local=False) if refs else ([], [])
-        ready_set = set(ready)
-        done, failed = set(), {}
-        for call_id, ref in zip(ids, refs):
-            if ref not in ready_set:
-                failed[call_id] = "not finished"
-                continue
-            try:
-                ray.get(ref, timeout=30)
-                done.add(call_id)
-            except Exception as exc:
-                failed[call_id] = type(getattr(exc, "cause", None) or exc).__name__
-        return done, failed
 
 
 class Fleet:
@@ -318,19 +264,30 @@ def head_restart(work: Path, n: int, duration_s: float) -> Outcome:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, from: {', '.join(SCENARIOS)}")
-    ap.add_argument("--calls", type=int, default=400, help="calls per scenario (burst_20000 sends 20,000)")
-    ap.add_argument("--duration", type=float, default=10.0, help="seconds each scenario's calls are spread over")
+    ap.add_argument("--hosts", choices=("local", "netns"), default="local",
+                    help="local: every node on this machine's network (default); netns: each host in a network "
+                         f"namespace of its own, links cut for real ({', '.join(NETNS_SCENARIOS)}; needs root and ip)")
+    ap.add_argument("--scenarios", help=f"comma-separated (default: all); local: {', '.join(SCENARIOS)}")
+    ap.add_argument("--scenario", help="one scenario")
+    ap.add_argument("--calls", type=int, help="calls per scenario (default 400; netns: the profile's; burst_20000 sends 20,000)")
+    ap.add_argument("--duration", type=float, help="seconds each scenario's calls are spread over (default 10; netns: the profile's)")
+    ap.add_argument("--profile", choices=("full", "suite"), default="full",
+                    help="netns: full (Ray's own health checks, the default lease) or suite (the test suite's short timings)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
     args = ap.parse_args(argv)
-    wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    unknown = sorted(set(wanted) - set(SCENARIOS))
+    known = NETNS_SCENARIOS if args.hosts == "netns" else SCENARIOS
+    wanted = [args.scenario] if args.scenario else [s.strip() for s in (args.scenarios or ",".join(known)).split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(known))
     if unknown:
-        ap.error(f"unknown scenario(s) {unknown}; scenarios: {', '.join(SCENARIOS)}")
+        ap.error(f"unknown scenario(s) {unknown} for --hosts {args.hosts}; scenarios: {', '.join(known)}")
     from rich.console import Console
     from rich.table import Table
 
     console = Console(stderr=args.json, highlight=False, width=max(110, shutil.get_terminal_size((110, 24)).columns))
+    if args.hosts == "netns":
+        return netns_main(args, wanted, console)
+    args.calls = 400 if args.calls is None else args.calls
+    args.duration = 10.0 if args.duration is None else args.duration
     work = Path(tempfile.mkdtemp(prefix="fabric-chaos-"))
     outcomes: list[Outcome] = []
     try:
@@ -384,6 +341,48 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"scenarios": {o.name: o.as_json() for o in outcomes}}))
     return 0 if all(o.clean for o in outcomes) else 1
+
+
+def netns_main(args: argparse.Namespace, wanted: list[str], console) -> int:
+    """The scenarios on network-namespace hosts (``fabric.testing.chaos_netns``): a table, and the JSON."""
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    from fabric.testing.chaos_netns import FULL, SUITE, NetnsChaos
+    from fabric.testing.netns import netns_problem
+
+    problem = netns_problem()
+    if problem:
+        console.print(f"chaos --hosts netns: {problem}")
+        return 2
+    timings = FULL if args.profile == "full" else SUITE
+    timings = replace(timings, calls=args.calls or timings.calls, load_s=args.duration or timings.load_s)
+    console.print(f"==> a fleet of network namespaces: head, n1, n2 (fabric join --supervise); {args.profile} timings")
+    with NetnsChaos(timings, say=lambda line: console.print(f"    {line}")) as chaos:
+        doc = {}
+        for name in wanted:
+            console.print(f"==> {name}")
+            doc[name] = chaos.scenario(name)
+    table = Table(title="chaos scenarios on network-namespace hosts")
+    cols = ("scenario", "lost", "below floor", "run twice", "job dups", "job gap ms", "records lost", "recovery s",
+            "rejoin s", "cut s", "offline seen s", "ray dead s")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+
+    def cell(v: object) -> str:
+        return "-" if v is None else str(v)
+    for name, d in doc.items():
+        w = d["windows"]
+        table.add_row(name, *(cell(d[k]) for k in ("lost", "below_floor", "calls_run_twice", "job_duplicates", "job_gap_ms",
+                                                     "records_lost", "recovery_s", "rejoin_s")),
+                      cell(w["cut_s"]), cell(w["offline_seen_s"]), cell(w["ray_dead_seen_s"]))
+    console.print(table)
+    if args.json:
+        print(json.dumps({"hosts": "netns", "profile": args.profile, "scenarios": doc}))
+    clean = all(d["lost"] == 0 and d["below_floor"] == 0 and d["job_duplicates"] == 0 and d["records_lost"] == 0
+                for d in doc.values())
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

@@ -232,21 +232,9 @@ class HeadSeam:
         (not listed) or ``unreachable`` (no answer, or TLS)."""
         if not self._usable():
             return "unreachable"
-        import grpc
-        from ray.core.generated import gcs_pb2, gcs_service_pb2, gcs_service_pb2_grpc
+        from fabric.rayio.gcs_nodes import node_state
 
-        selector = gcs_service_pb2.GetAllNodeInfoRequest.NodeSelector(node_id=bytes.fromhex(node_id))
-        with grpc.insecure_channel(gcs, options=[("grpc.enable_http_proxy", 0)]) as channel:
-            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
-            try:
-                reply = stub.GetAllNodeInfo(gcs_service_pb2.GetAllNodeInfoRequest(node_selectors=[selector]),
-                                            metadata=self._meta(token), timeout=self.timeout_s)
-            except grpc.RpcError:
-                return "unreachable"
-        states = {n.state for n in reply.node_info_list if n.node_id.hex() == node_id}
-        if not states:
-            return "unknown"
-        return "alive" if gcs_pb2.GcsNodeInfo.ALIVE in states else "dead"
+        return node_state(gcs, token, node_id, self.timeout_s)
 
     def kv_put(self, gcs: str, token: str | None, value: bytes) -> str:
         """``ok`` or why not."""

@@ -1,0 +1,144 @@
+"""The Ray driver of the chaos runs on network-namespace hosts (``fabric.testing.chaos_netns``).
+
+A Ray driver needs a raylet on its own host, so this runs inside the head's namespace, started by
+the orchestrator as ``python -m fabric.testing.chaos_driver COMMAND ...`` (``RAY_ADDRESS`` and the
+fleet's token in its environment). It attaches to the running fabric and prints one JSON line after ``RESULT`` (``result_of`` reads it):
+
+- ``jobs OUT_DIR N PERIOD_MS``: start N ``CounterJob`` jobs (each writes its ticks under
+  ``OUT_DIR/job-<i>``), wait until they run; ``{"jobs": [job ids]}``;
+- ``where JOB_ID...``: ``{job id: node id}`` of each job's running instance (None while it has none);
+- ``load LOG CALLS DURATION_S MONITOR STOP VICTIM``: send CALLS calls over DURATION_S (each logs
+  its start in LOG), while every 0.25 s one line of the registry's view of node VICTIM (by name)
+  goes to MONITOR; once the file STOP exists, collect the calls and print what came of them;
+- ``stop JOB_ID...``: stop the jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RESULT", "main", "result_of"]
+
+MONITOR_EVERY_S = 0.25
+RESULT = "chaos-result: "
+"""The prefix of the one line that holds the answer (Ray may print its workers' lines too)."""
+
+
+def _attach() -> Any:
+    import fabric
+
+    return fabric.up()
+
+
+def _registry_view(handle: Any, victim: str) -> dict[str, Any]:
+    try:
+        rec = handle.node(victim)
+        return {"t": time.time(), "node_id": rec.node_id, "status": rec.status.value, "flap_held": bool(rec.flap_held)}
+    except Exception as exc:  # the registry out of reach (the head cut), or the node not known
+        return {"t": time.time(), "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+
+
+def jobs(out_dir: str, n: int, period_ms: float) -> dict[str, Any]:
+    from fabric import adaptive
+    from fabric.testing.counter import CounterJob
+
+    _attach()
+    job = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, name="chaos-counter",
+                          max_restarts_per_hour=1000, call_timeout_s=120)(CounterJob)
+    ids = []
+    for i in range(n):
+        folder = Path(out_dir) / f"job-{i}"
+        folder.mkdir(parents=True, exist_ok=True)
+        ids.append(job.remote(str(folder), period_ms).wait_running(180).job_id)
+    return {"jobs": ids}
+
+
+def where(job_ids: list[str]) -> dict[str, Any]:
+    from fabric import JobHandle
+
+    _attach()
+    out: dict[str, Any] = {}
+    for job_id in job_ids:
+        status = JobHandle(job_id).status()
+        out[job_id] = status.node_id if status.state.value == "running" else None
+    return out
+
+
+def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victim: str) -> dict[str, Any]:
+    from fabric import adaptive
+    from fabric.core.names import TIER_LABEL
+    from fabric.testing.chaos_load import Load, started
+
+    handle = _attach()
+    before = {r.node_id for r in handle.records()} | {r.node_id for r in handle.collected()}
+    done = threading.Event()
+
+    def watch() -> None:
+        with open(monitor, "a", buffering=1) as f:
+            while not done.is_set():
+                f.write(json.dumps(_registry_view(handle, victim)) + "\n")
+                done.wait(MONITOR_EVERY_S)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    call = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", name="chaos-netns")(started)
+    work = Load(call, Path(log), calls, duration_s).start()
+    while not Path(stop).exists():
+        time.sleep(0.2)
+    completed, failed = work.collect(timeout_s=120)
+    done.set()
+    watcher.join(timeout=5)
+    records = list(handle.records()) + list(handle.collected())
+    return {"accepted": work.submitted, "completed": sorted(completed), "failed": failed, "refused": work.refused,
+            "records_before": sorted(before), "records_after": sorted({r.node_id for r in records}),
+            "tiers": {r.node_id: r.labels.get(TIER_LABEL, "") for r in records}}
+
+
+def stop_jobs(job_ids: list[str]) -> dict[str, Any]:
+    from fabric import JobHandle
+
+    _attach()
+    return {job_id: JobHandle(job_id).stop(wait=True, timeout_s=60).value for job_id in job_ids}
+
+
+def result_of(stdout: str) -> Any:
+    """The answer in a run's output (None when it printed none)."""
+    lines = [line[len(RESULT):] for line in stdout.splitlines() if line.startswith(RESULT)]
+    return json.loads(lines[-1]) if lines else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fabric.testing.chaos_driver")
+    sub = p.add_subparsers(dest="command", required=True)
+    j = sub.add_parser("jobs")
+    j.add_argument("out_dir")
+    j.add_argument("n", type=int)
+    j.add_argument("period_ms", type=float)
+    w = sub.add_parser("where")
+    w.add_argument("job_ids", nargs="+")
+    ld = sub.add_parser("load")
+    for name in ("log", "calls", "duration_s", "monitor", "stop", "victim"):
+        ld.add_argument(name, type=int if name == "calls" else float if name == "duration_s" else str)
+    s = sub.add_parser("stop")
+    s.add_argument("job_ids", nargs="+")
+    args = p.parse_args(argv)
+    if args.command == "jobs":
+        out = jobs(args.out_dir, args.n, args.period_ms)
+    elif args.command == "where":
+        out = where(args.job_ids)
+    elif args.command == "load":
+        out = load(args.log, args.calls, args.duration_s, args.monitor, args.stop, args.victim)
+    else:
+        out = stop_jobs(args.job_ids)
+    print(RESULT + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
