@@ -63,7 +63,7 @@ class Timings:
     margin_s: float
     ray_health: dict[str, int] | None
     ray_death_s: float
-    """About how long Ray takes to declare a cut node dead with ``ray_health``."""
+    """The longest Ray may take to declare a cut node dead with ``ray_health`` (threshold x (period + timeout))."""
     short_s: float
     medium_s: float
     long_s: float
@@ -84,14 +84,15 @@ class Timings:
 
 
 FULL = Timings(heartbeat_s=1.0, offline_after_s=4.0, lease_ttl_s=20.0, renew_every_s=4.0, margin_s=2.0, ray_health=None,
-               ray_death_s=30.0, short_s=2.0, medium_s=10.0, long_s=75.0, flap_cut_s=5.0, flap_gap_s=6.0, head_cut_s=10.0,
+               ray_death_s=65.0, short_s=2.0, medium_s=10.0, long_s=75.0, flap_cut_s=5.0, flap_gap_s=6.0, head_cut_s=10.0,
                one_way_s=10.0, calls=200, load_s=25.0)
-"""``scripts/chaos.py --hosts netns``: Ray's own health checks and the fabric's default lease (20 s);
-the offline time short (4 s) so that the medium window exists."""
+"""``scripts/chaos.py --hosts netns``: Ray's own health checks (a check every 3 s with a 10 s timeout,
+dead after 5 failures: up to 65 s) and the fabric's default lease (20 s); the offline time short
+(4 s) so that the medium window exists."""
 SUITE = Timings(heartbeat_s=0.5, offline_after_s=2.0, lease_ttl_s=4.0, renew_every_s=1.0, margin_s=0.5,
                 ray_health={"health_check_period_ms": 1000, "health_check_failure_threshold": 5,
                             "health_check_timeout_ms": 1000},
-                ray_death_s=7.0, short_s=1.0, medium_s=4.0, long_s=12.0, flap_cut_s=3.0, flap_gap_s=3.0, head_cut_s=2.5,
+                ray_death_s=10.0, short_s=1.0, medium_s=4.0, long_s=14.0, flap_cut_s=3.0, flap_gap_s=3.0, head_cut_s=2.5,
                 one_way_s=5.0, calls=40, load_s=8.0, settle_s=1.0)
 """The suite's profile: Ray's checks scaled down, the windows in the same order."""
 
