@@ -56,18 +56,32 @@ def test_a_lost_node_s_job_is_replaced_only_once_the_old_lease_has_surely_ended(
     f.now += 5.0
     node = f.live[("a", key)]
     del f.world.nodes[node]
-    f.handle(js.JobsNodeLost(node))  # cut off: its instance may still run there
+    f.handle(js.JobsNodeLost(node))  # cut off: its instance may still run there, and still holds its lease
     rec = f.core.book.job("a")
-    assert rec.state == JobState.RECOVERING and rec.not_before == pytest.approx(granted_at + LIMIT)
-    fenced = [e for e in f.events if e.kind == "job_fenced"]
-    assert len(fenced) == 1 and fenced[0].data["instance_key"] == key
-    assert fenced[0].data["wait_s"] == pytest.approx(LIMIT - 5.0)
-    assert renew(f, key) == REFUSED  # the old instance, if it reaches us, renews no more
+    assert rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key == key
+    gone = [e for e in f.events if e.kind == "job_disconnected"]
+    assert len(gone) == 1 and gone[0].data["lease_ends_in_s"] == pytest.approx(LIMIT - 5.0)
     at(f, granted_at + LIMIT - 0.5)
-    assert f.core.book.job("a").state == JobState.RECOVERING
-    at(f, granted_at + LIMIT + 0.5)
+    assert f.core.book.job("a").binding.instance_key == key  # type: ignore[union-attr]
+    at(f, granted_at + LIMIT + 0.5)  # no renewal came: it ended itself; the job recovers now
     rec = f.core.book.job("a")
     assert rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key != key
+    assert renew(f, key) == REFUSED  # the old instance, if it reaches us, renews no more
+
+
+def test_a_link_that_heals_within_the_lease_moves_nothing():
+    f = Fleet()
+    key = running(f)
+    assert renew(f, key) == GRANTED
+    f.now += 5.0
+    node = f.live[("a", key)]
+    f.handle(js.JobsNodeLost(node))  # offline for the fleet, the instance still serving over there
+    f.now += 5.0
+    assert renew(f, key) == GRANTED  # the link is back
+    assert [e.kind for e in f.events if e.kind.startswith("job_")][-2:] == ["job_disconnected", "job_reconnected"]
+    at(f, f.now + LIMIT - 1)
+    rec = f.core.book.job("a")
+    assert rec.binding is not None and rec.binding.instance_key == key and not rec.restarts
 
 
 def test_an_instance_ray_holds_dead_with_its_node_is_fenced_one_that_died_is_not():
@@ -119,7 +133,11 @@ def test_after_a_restart_every_instance_bound_then_counts_as_renewed_at_the_rest
     node = f.live[("a", key)]
     del f.world.nodes[node]
     f.handle(js.JobsNodeLost(node))
-    assert f.core.book.job("a").not_before == pytest.approx(restarted_at + LIMIT)
+    at(f, restarted_at + LIMIT - 0.5)
+    assert f.core.book.job("a").binding.instance_key == key  # type: ignore[union-attr]
+    at(f, restarted_at + LIMIT + 0.5)
+    rec = f.core.book.job("a")
+    assert rec.binding is not None and rec.binding.instance_key != key
 
 
 def test_a_migration_s_target_is_granted_and_the_source_is_refused_once_it_moved():

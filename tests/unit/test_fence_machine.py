@@ -3,8 +3,8 @@ the jobs core (through ``handle`` only, ``validate_state()`` after every step) a
 instances' side.
 
 Nodes are cut off and healed; a cut node's instances run on and cannot renew; the fabric loses a
-node (cut or only stalled) and Ray's kill reaches only nodes still connected; instances die; time
-passes; the scheduler restarts. An instance serves while it holds a lease: from its first grant
+node (cut or only stalled), Ray holds a cut node's instances dead while they run on, and Ray's
+kill reaches only nodes still connected; instances die; time passes; the scheduler restarts. An instance serves while it holds a lease: from its first grant
 until ``lease_ttl_s`` after it sent the last renewal granted, and then it ends its own process. The
 invariant, checked after every step: no job has two instances serving at once."""
 
@@ -113,6 +113,16 @@ class FenceMachine(RuleBasedStateMachine):
         self.f.handle(js.CapacityJoined())
         _settle(self.f)
 
+    @precondition(lambda self: self.f.cut)
+    @rule(pick=st.integers(0, 20))
+    def ray_holds_a_cut_node_dead(self, pick: int) -> None:
+        """The watch of each instance on a cut node fails with 'its node has died'; the instances run on."""
+        node = sorted(self.f.cut)[pick % len(self.f.cut)]
+        for inst, where in sorted(self.f.live.items()):
+            if where == node:
+                self.f.handle(js.InstanceEnded(inst[0], inst[1], "The actor is dead because its node has died.",
+                                               node_died=True))
+
     @precondition(lambda self: self.f.live)
     @rule(pick=st.integers(0, 50))
     def an_instance_dies(self, pick: int) -> None:
@@ -152,5 +162,5 @@ class FenceMachine(RuleBasedStateMachine):
 
 
 TestFence = FenceMachine.TestCase
-TestFence.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+TestFence.settings = settings(max_examples=1000, stateful_step_count=40, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow])

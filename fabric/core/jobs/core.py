@@ -147,15 +147,19 @@ class JobsCore(JobsState):
         rec = self.book.jobs.get(s.job_id)
         ok = rec is not None and rec.binding is not None and rec.binding.instance_key == s.instance_key
         ok = ok or any(m.job_id == s.job_id and m.target_key == s.instance_key for m in self.migrations.active.values())
+        out: list[Any] = []
+        if ok and s.instance_key in self.leases.suspects:
+            out.append(event("job_reconnected", {"job_id": s.job_id, "instance_key": s.instance_key,
+                                                 "node_id": self.leases.suspects[s.instance_key]}))
         if ok:
             self.leases.granted(s.instance_key, now)
-        return [Reply(GRANTED if ok else REFUSED)]
+        return out + [Reply(GRANTED if ok else REFUSED)]
 
     def _lapsed(self, now: float) -> list[Any]:
         """Instances whose leases ended without a renewal stopped themselves: their jobs recover."""
         out: list[Any] = []
         for key in self.leases.expired(now):
-            last = self.leases.grants[key]
+            last = self.leases.last_grant(key) or now
             self.leases.forget(key)
             rec = next((r for r in self.book.bound() if r.binding is not None and r.binding.instance_key == key), None)
             if rec is None or any(m.job_id == rec.job_id for m in self.migrations.active.values()):
@@ -288,6 +292,13 @@ class JobsCore(JobsState):
     # -- the fleet and the clock ------------------------------------------------------------------------
     def _node_lost(self, s: js.JobsNodeLost, now: float) -> list[Any]:
         owned, out = sagas.node_lost(self, s.node_id, now)
+        for r in self.book.on_node(s.node_id):  # leases still live: kept, until they end or renew (fabric.core.jobs.fence)
+            if r.binding is not None and r.job_id not in owned and self.leases.live(r.binding.instance_key, now):
+                self.leases.suspects[r.binding.instance_key] = s.node_id
+                owned.add(r.job_id)
+                out.append(event("job_disconnected", {"job_id": r.job_id, "instance_key": r.binding.instance_key,
+                                                      "node_id": s.node_id, "lease_ends_in_s": round(
+                                                          (self.leases.ends(r.binding.instance_key) or now) - now, 3)}))
         fenced = [(r.job_id, r.binding.instance_key) for r in self.book.on_node(s.node_id)
                   if r.binding is not None and r.job_id not in owned]
         out += self.book.node_lost(s.node_id, now, skip=owned, preempted=s.node_id in self.preempting)
