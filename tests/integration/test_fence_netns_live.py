@@ -42,7 +42,7 @@ fabric.up()
 Job = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, name="plain-writer",
                       call_timeout_s=60, max_restarts_per_hour=100)(PlainWriter)
 h = Job.remote(sys.argv[1], 0.1).wait_running(120)
-print(json.dumps({"job_id": h.job_id, "where": h.result(h.where.remote(), timeout_s=60)}))
+print("result: " + json.dumps({"job_id": h.job_id, "where": h.result(h.where.remote(), timeout_s=60)}))
 """
 
 WHERE = """
@@ -52,7 +52,7 @@ from fabric import JobHandle
 fabric.up()
 h = JobHandle(sys.argv[1], "plain-writer", call_timeout_s=60)
 s = h.status()
-print(json.dumps({"state": s.state.value, "node_id": s.node_id}))
+print("result: " + json.dumps({"state": s.state.value, "node_id": s.node_id}))
 """
 
 
@@ -82,7 +82,9 @@ def fleet():
 def driver(f: NetnsFleet, code: str, *args: str) -> dict:
     proc = f.run(None, [sys.executable, "-c", code, *args], timeout_s=240)
     assert proc.returncode == 0, f"driver failed: {proc.stdout[-1500:]}{proc.stderr[-2500:]}\n{f.logs_tail()}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    answers = [line[len("result: "):] for line in proc.stdout.splitlines() if line.startswith("result: ")]
+    assert answers, f"the driver printed no result: {proc.stdout[-1500:]}"
+    return json.loads(answers[-1])  # Ray may print its processes' lines to the driver too
 
 
 def instance_pids(f: NetnsFleet, host: str, pid: int) -> bool:
