@@ -118,6 +118,17 @@ def test_fabric_status_lists_every_host_with_its_ray_node(fleet):
     assert rows["n1"]["tier"] == "cpu_ffmpeg" and rows["head"]["tier"] == "relay"
 
 
+def test_fabric_status_shows_each_node_with_its_own_address(fleet):
+    rows = {r["name"]: r for r in fabric_json(fleet, "status") if r["status"] == "active"}
+    assert {name: row["address"] for name, row in rows.items()} == {n: fleet.hosts[n].address for n in ("head", "n1", "n2")}
+    proc = fleet.run(None, ["fabric", "status", "--address", fleet.address, "--wide"], timeout_s=120)
+    assert proc.returncode == 0, proc.stdout[-1000:] + proc.stderr[-1500:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[-1] == "ADDRESS"
+    for name in ("head", "n1", "n2"):
+        assert any(line.split()[0] == name and line.split()[-1] == fleet.hosts[name].address for line in lines[1:]), proc.stdout
+
+
 ADAPTIVE = """
 import json, ray, fabric
 from fabric import adaptive
