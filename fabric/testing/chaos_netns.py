@@ -93,7 +93,7 @@ SUITE = Timings(heartbeat_s=0.5, offline_after_s=2.0, lease_ttl_s=4.0, renew_eve
                 ray_health={"health_check_period_ms": 1000, "health_check_failure_threshold": 5,
                             "health_check_timeout_ms": 1000},
                 ray_death_s=10.0, short_s=1.0, medium_s=4.0, long_s=14.0, flap_cut_s=3.0, flap_gap_s=3.0, head_cut_s=2.5,
-                one_way_s=5.0, calls=40, load_s=8.0, settle_s=1.0)
+                one_way_s=5.0, calls=30, load_s=6.0, settle_s=1.0)
 """The suite's profile: Ray's checks scaled down, the windows in the same order."""
 
 
