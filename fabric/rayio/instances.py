@@ -16,9 +16,10 @@ Ray's default: one at a time, in order):
 - ``__fabric_shutdown__``: the class's ``__fabric_stop__()`` when it has one, then the watch ends.
 
 The fence (``fabric.core.jobs.fence``): an instance started with a lease (``lease_ttl_s`` in its
-info) runs a ``LeaseKeeper`` thread that renews it with the scheduler every ``renew_every_s`` and
-ends the process once ``lease_ttl_s`` passed since it sent the last renewal granted; the user's
-constructor runs only once the first renewal is granted.
+info) runs a ``LeaseKeeper``: one thread renews the lease with the scheduler every
+``renew_every_s`` (sooner while no answer comes), another ends the process once ``lease_ttl_s``
+passed since it sent the last renewal granted; the user's constructor runs only once the first
+renewal is granted.
 
 ``InstanceLauncher`` starts an instance as a detached, named actor hard-pinned to its node with
 ``max_restarts=0`` (the fabric, never Ray, restarts jobs), one ``fabric.slots`` and the job's
@@ -78,11 +79,19 @@ def instance_info() -> InstanceInfo:
 GRANTED, REFUSED = "granted", "refused"
 
 
+RETRY_S = 0.25
+"""How soon a renewal that got no answer is tried again (a link back after a cut is used at once)."""
+
+
 class LeaseKeeper:
     """An instance's lease, kept from inside its process: ``ask()`` renews it with the scheduler
     (``granted``, ``refused``, or None when no answer came); a grant extends the lease to
     ``lease_ttl_s`` after the moment the renewal was *sent*, on this process's clock; a refusal ends
-    the renewals; once the lease has run out, ``end()`` ends the process."""
+    the renewals; once the lease has run out, ``end()`` ends the process.
+
+    In an instance two threads keep it: ``renewals()`` asks (every ``renew_every_s``, every
+    ``RETRY_S`` while no answer comes), and ``watchdog()`` ends the process when the lease runs out,
+    however long an ask blocks. ``run()`` is both in one thread (for tests on a fake clock)."""
 
     def __init__(self, ask: Callable[[], str | None], lease_ttl_s: float, renew_every_s: float, *,
                  end: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
@@ -93,16 +102,23 @@ class LeaseKeeper:
         self.until: float | None = None
         """When the lease runs out (None: never granted)."""
         self.refused = False
+        self.failing = False
+        """The last ask got no answer."""
         self.renewals = 0
 
     def renew(self) -> None:
         """One renewal: ask, and extend the lease on a grant."""
         sent = self.clock()
         answer = self.ask()
+        self.failing = answer is None
         if answer == GRANTED:
-            self.until, self.renewals = sent + self.ttl, self.renewals + 1
+            self.until, self.renewals = max(self.until or 0.0, sent + self.ttl), self.renewals + 1
         elif answer == REFUSED:
             self.refused = True
+
+    def pause(self) -> float:
+        """How long until the next ask."""
+        return min(self.every, RETRY_S) if self.failing else self.every
 
     def first(self) -> bool:
         """Before the user's constructor: renew until granted (True); False when refused, or when
@@ -116,19 +132,40 @@ class LeaseKeeper:
                 return False
             self.sleep(min(1.0, self.every))
 
-    def run(self) -> None:
-        """Renew every ``renew_every_s`` until refused; end the process when the lease runs out."""
+    def _over(self) -> str | None:
+        if self.until is not None and self.clock() < self.until:
+            return None
+        return "its renewal was refused" if self.refused else f"no renewal granted for {self.ttl:g} s"
+
+    def watchdog(self) -> None:
+        """End the process once the lease has run out (woken at its end, which a grant may move on)."""
         while True:
-            now = self.clock()
-            if self.until is None or now >= self.until:
-                why = "its renewal was refused" if self.refused else f"no renewal granted for {self.ttl:g} s"
+            why = self._over()
+            if why is not None:
                 return self.end(why)
-            if not self.refused:
-                self.sleep(max(0.0, min(self.every, self.until - now)))
-                if self.clock() < self.until:
-                    self.renew()
+            assert self.until is not None
+            self.sleep(max(0.01, self.until - self.clock()))
+
+    def renewals(self) -> None:
+        """Ask for renewals until one is refused."""
+        while not self.refused:
+            self.sleep(self.pause())
+            self.renew()
+
+    def run(self) -> None:
+        """``renewals`` and ``watchdog`` in one thread: renew until refused, end when the lease runs out."""
+        while True:
+            why = self._over()
+            if why is not None:
+                return self.end(why)
+            assert self.until is not None
+            now = self.clock()
+            if self.refused:
+                self.sleep(max(0.0, self.until - now))
                 continue
-            self.sleep(max(0.0, self.until - now))
+            self.sleep(max(0.0, min(self.pause(), self.until - now)))
+            if self.clock() < self.until:
+                self.renew()
 
 
 def _end_process(why: str) -> None:
@@ -145,12 +182,11 @@ def _scheduler_asker(job_id: str, instance_key: str, timeout_s: float) -> Callab
 
     def ask() -> str | None:
         try:
-            if not client:
+            if not client:  # looked up once: a restarted scheduler keeps its actor, and its handle
                 handle = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
                 client.append(SchedulerClient(handle, lambda ref, _wait: ray.get(ref, timeout=timeout_s)))
             answer = client[0].renew_lease(job_id, instance_key)
         except Exception:  # no answer (cut off, the scheduler restarting): the lease runs on meanwhile
-            client.clear()
             return None
         return answer if answer in (GRANTED, REFUSED) else None
 
@@ -163,11 +199,12 @@ def _keep_lease(info: dict) -> None:
     ttl, every = info.get("lease_ttl_s"), info.get("renew_every_s")
     if not ttl or not every:
         return
-    keeper = LeaseKeeper(_scheduler_asker(str(info.get("job_id", "")), str(info.get("instance_key", "")), float(every)),
-                         float(ttl), float(every))
+    keeper = LeaseKeeper(_scheduler_asker(str(info.get("job_id", "")), str(info.get("instance_key", "")),
+                                          min(float(every), 2.0)), float(ttl), float(every))
     if not keeper.first():
         keeper.end("refused" if keeper.refused else f"no lease granted within {float(ttl):g} s")
-    threading.Thread(target=keeper.run, name="fabric-lease", daemon=True).start()
+    threading.Thread(target=keeper.watchdog, name="fabric-lease-watchdog", daemon=True).start()
+    threading.Thread(target=keeper.renewals, name="fabric-lease-renewals", daemon=True).start()
 
 
 def _prepare(self: Any, cls: type, blob: bytes, info: dict | None) -> None:

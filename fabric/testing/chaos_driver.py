@@ -9,7 +9,8 @@ fleet's token in its environment). It attaches to the running fabric and prints 
 - ``where JOB_ID...``: ``{job id: node id}`` of each job's running instance (None while it has none);
 - ``load LOG CALLS DURATION_S MONITOR STOP VICTIM``: send CALLS calls over DURATION_S (each logs
   its start in LOG), while every 0.25 s one line of the registry's view of node VICTIM (by name)
-  goes to MONITOR; once the file STOP exists, collect the calls and print what came of them;
+  goes to MONITOR; once the file STOP exists, collect the calls and print what came of them, with
+  the jobs' events meanwhile;
 - ``stop JOB_ID...``: stop the jobs.
 """
 
@@ -77,6 +78,8 @@ def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victi
 
     handle = _attach()
     before = {r.node_id for r in handle.records()} | {r.node_id for r in handle.collected()}
+    newest = handle.events(limit=-1)
+    since = newest[-1]["seq"] if newest else 0
     done = threading.Event()
 
     def watch() -> None:
@@ -95,9 +98,12 @@ def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victi
     done.set()
     watcher.join(timeout=5)
     records = list(handle.records()) + list(handle.collected())
+    moves = [{"at": e["at"], "kind": e["kind"], **{k: e["data"].get(k) for k in ("job_id", "node_id", "reason", "to", "wait_s")
+                                                    if k in e["data"]}}
+             for e in handle.events(since=since, limit=1000) if e["kind"].startswith("job_")]
     return {"accepted": work.submitted, "completed": sorted(completed), "failed": failed, "refused": work.refused,
             "records_before": sorted(before), "records_after": sorted({r.node_id for r in records}),
-            "tiers": {r.node_id: r.labels.get(TIER_LABEL, "") for r in records}}
+            "tiers": {r.node_id: r.labels.get(TIER_LABEL, "") for r in records}, "job_events": moves}
 
 
 def stop_jobs(job_ids: list[str]) -> dict[str, Any]:

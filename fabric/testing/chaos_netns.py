@@ -23,7 +23,8 @@ Per scenario: ``lost``, ``below_floor``, ``calls_run_twice`` (allowed: calls are
 instance of a job wrote), ``records_lost``, ``recovery_s`` (the cut until every job serves again;
 0 when none stopped), ``rejoin_s`` (the heal until the node is active in the fleet again), and
 ``windows``: the cut's length and the configured offline, lease and Ray times beside what was
-seen (``offline_seen_s``, ``ray_dead_seen_s``: from the cut, None when it did not happen).
+seen (``offline_seen_s``, ``ray_dead_seen_s``: from the cut, None when it did not happen); and
+``job_events``: the jobs' events of the scenario, their times from the cut (what explains a gap).
 """
 
 from __future__ import annotations
@@ -213,10 +214,11 @@ class NetnsChaos:
                            "lease_ttl_s": self.t.lease_ttl_s, "ray_death_s": self.t.ray_death_s,
                            "offline_seen_s": None if offline is None else round(offline, 2),
                            "ray_dead_seen_s": None if dead is None else round(dead, 2)},
-               "failures": outcome.failures}
+               "failures": outcome.failures,
+               "job_events": [{**e, "at": round(e["at"] - cut_at, 2)} for e in result.get("job_events", [])]}
         if name == "link_flap":
             doc["held"] = held
-        self.say(f"{name}: " + json.dumps({k: v for k, v in doc.items() if k != "failures"}))
+        self.say(f"{name}: " + json.dumps({k: v for k, v in doc.items() if k not in ("failures", "job_events")}))
         return doc
 
     def _fault(self, name: str, victim: str) -> tuple[float, float, float, bool]:

@@ -206,3 +206,28 @@ def test_no_first_grant_means_the_user_s_constructor_never_runs():
     clock2 = Clock()
     k2, _ = keeper([], clock2)  # the scheduler never answers
     assert not k2.first() and clock2.t >= 20.0
+
+
+def test_after_a_renewal_without_an_answer_the_next_comes_at_once_not_a_period_later():
+    clock = Clock()
+    asked: list[float] = []
+    answers = iter([GRANTED, None, None, GRANTED])
+
+    def ask() -> str | None:
+        asked.append(clock.t)
+        return next(answers, REFUSED)
+
+    k = LeaseKeeper(ask, 20.0, 4.0, end=lambda why: None, clock=clock, sleep=clock.sleep)
+    assert k.first()
+    k.run()
+    assert asked[:4] == [0.0, 4.0, pytest.approx(4.25), pytest.approx(4.5)]
+    assert k.until == pytest.approx(24.5)  # the grant of the renewal sent at 4.5
+
+
+def test_the_watchdog_ends_the_process_at_the_lease_s_end_whatever_the_renewals_do():
+    clock = Clock()
+    ended: list[tuple[float, str]] = []
+    k = LeaseKeeper(lambda: None, 20.0, 4.0, end=lambda why: ended.append((clock.t, why)), clock=clock, sleep=clock.sleep)
+    k.until = 7.5  # the renewals thread is stuck in an ask meanwhile
+    k.watchdog()
+    assert ended == [(pytest.approx(7.5), "no renewal granted for 20 s")]
