@@ -104,7 +104,8 @@ class LeaseKeeper:
         self.refused = False
         self.failing = False
         """The last ask got no answer."""
-        self.renewals = 0
+        self.grants = 0
+        """Renewals granted so far."""
 
     def renew(self) -> None:
         """One renewal: ask, and extend the lease on a grant."""
@@ -112,7 +113,7 @@ class LeaseKeeper:
         answer = self.ask()
         self.failing = answer is None
         if answer == GRANTED:
-            self.until, self.renewals = max(self.until or 0.0, sent + self.ttl), self.renewals + 1
+            self.until, self.grants = max(self.until or 0.0, sent + self.ttl), self.grants + 1
         elif answer == REFUSED:
             self.refused = True
 

@@ -186,7 +186,7 @@ def test_the_process_ends_when_renewals_stop_coming_back_and_not_before():
     k, ended = keeper([GRANTED, GRANTED, GRANTED], clock)  # then nothing answers: the link is cut
     assert k.first()
     k.run()
-    assert k.renewals == 3 and len(ended) == 1
+    assert k.grants == 3 and len(ended) == 1
     last_grant_sent = 8.0  # grants at 0, 4, 8
     assert ended[0][0] == pytest.approx(last_grant_sent + 20.0) and "no renewal granted for 20 s" in ended[0][1]
 
@@ -231,3 +231,29 @@ def test_the_watchdog_ends_the_process_at_the_lease_s_end_whatever_the_renewals_
     k.until = 7.5  # the renewals thread is stuck in an ask meanwhile
     k.watchdog()
     assert ended == [(pytest.approx(7.5), "no renewal granted for 20 s")]
+
+
+def test_the_keeper_s_threads_are_its_methods():
+    """``renewals`` and ``watchdog`` run as threads of their own: nothing may shadow them."""
+    k = LeaseKeeper(lambda: GRANTED, 20.0, 4.0, end=lambda why: None)
+    assert callable(k.renewals) and callable(k.watchdog)
+
+
+def test_the_two_threads_keep_a_lease_while_answers_come_and_end_it_once_they_stop():
+    import threading
+    import time as real_time
+
+    answering = threading.Event()
+    answering.set()
+    ended: list[str] = []
+    k = LeaseKeeper(lambda: GRANTED if answering.is_set() else None, 0.6, 0.1, end=ended.append)
+    assert k.first()
+    threading.Thread(target=k.watchdog, daemon=True).start()
+    threading.Thread(target=k.renewals, daemon=True).start()
+    real_time.sleep(1.2)
+    assert ended == [] and k.grants >= 5
+    answering.clear()
+    deadline = real_time.monotonic() + 3.0
+    while not ended and real_time.monotonic() < deadline:
+        real_time.sleep(0.02)
+    assert ended == ["no renewal granted for 0.6 s"]
