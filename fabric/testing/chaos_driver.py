@@ -11,6 +11,7 @@ fleet's token in its environment). It attaches to the running fabric and prints 
   its start in LOG), while every 0.25 s one line of the registry's view of node VICTIM (by name)
   goes to MONITOR; once the file STOP exists, collect the calls and print what came of them, with
   the jobs' events meanwhile;
+- ``scheduler-pid``: ``{"pid": ...}`` of the scheduler actor's process (on the head);
 - ``stop JOB_ID...``: stop the jobs.
 """
 
@@ -103,7 +104,17 @@ def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victi
              for e in handle.events(since=since, limit=1000) if e["kind"].startswith("job_")]
     return {"accepted": work.submitted, "completed": sorted(completed), "failed": failed, "refused": work.refused,
             "records_before": sorted(before), "records_after": sorted({r.node_id for r in records}),
-            "tiers": {r.node_id: r.labels.get(TIER_LABEL, "") for r in records}, "job_events": moves}
+            "tiers": {r.node_id: r.labels.get(TIER_LABEL, "") for r in records}, "job_events": moves,
+            "active_named_victim": sum(1 for r in handle.records(["active"]) if r.name == victim)}
+
+
+def scheduler_pid() -> dict[str, Any]:
+    import ray
+
+    from fabric.core.names import NAMESPACE, SCHEDULER
+
+    _attach()
+    return {"pid": ray.get(ray.get_actor(SCHEDULER, namespace=NAMESPACE).pid.remote(), timeout=60)}
 
 
 def stop_jobs(job_ids: list[str]) -> dict[str, Any]:
@@ -133,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         ld.add_argument(name, type=int if name == "calls" else float if name == "duration_s" else str)
     s = sub.add_parser("stop")
     s.add_argument("job_ids", nargs="+")
+    sub.add_parser("scheduler-pid")
     args = p.parse_args(argv)
     if args.command == "jobs":
         out = jobs(args.out_dir, args.n, args.period_ms)
@@ -140,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         out = where(args.job_ids)
     elif args.command == "load":
         out = load(args.log, args.calls, args.duration_s, args.monitor, args.stop, args.victim)
+    elif args.command == "scheduler-pid":
+        out = scheduler_pid()
     else:
         out = stop_jobs(args.job_ids)
     print(RESULT + json.dumps(out), flush=True)

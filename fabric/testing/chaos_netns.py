@@ -16,7 +16,10 @@ The scenarios (their windows are measured on each run, see ``Timings``):
   (its supervisor starts a new raylet);
 - ``link_flap``: three cuts in a row past ``offline_after_s``: flap damping holds the node off;
 - ``head_cut``: the head cut from every node;
-- ``one_way``: the packets sent to the node dropped, those it sends let through.
+- ``one_way``: the packets sent to the node dropped, those it sends let through;
+- ``node_kill``: every process of a job's node killed (its supervisor too), the node joined again
+  by hand ``medium_s`` later;
+- ``scheduler_sigkill``: the scheduler actor's process SIGKILLed on the head.
 
 Per scenario: ``lost``, ``below_floor``, ``calls_run_twice`` (allowed: calls are at least once),
 ``job_duplicates`` (ticks two instances wrote: must be 0), ``job_gap_ms`` (the longest time no
@@ -24,12 +27,16 @@ instance of a job wrote), ``records_lost``, ``recovery_s`` (the cut until every 
 0 when none stopped), ``rejoin_s`` (the heal until the node is active in the fleet again), and
 ``windows``: the cut's length and the configured offline, lease and Ray times beside what was
 seen (``offline_seen_s``, ``ray_dead_seen_s``: from the cut, None when it did not happen); and
-``job_events``: the jobs' events of the scenario, their times from the cut (what explains a gap).
+``job_events``: the jobs' events of the scenario, their times from the cut (what explains a gap);
+``victim_active_records``: the active registry records of the victim's name at the end (a node that
+rejoined under a new Ray id is one active node).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,7 +53,8 @@ from fabric.testing.netns import NetnsFleet, one_way_problem
 
 __all__ = ["FULL", "NETNS_SCENARIOS", "SUITE", "NetnsChaos", "Timings"]
 
-NETNS_SCENARIOS = ("link_cut_short", "link_cut_medium", "link_cut_long", "head_cut", "one_way", "link_flap")
+NETNS_SCENARIOS = ("link_cut_short", "link_cut_medium", "link_cut_long", "head_cut", "one_way", "link_flap", "node_kill",
+                   "scheduler_sigkill")
 """In the order they run (the flaps last: the hold they earn would slow what comes after)."""
 PERIOD_MS = 100.0
 RELAY = "relay"
@@ -169,7 +177,7 @@ class NetnsChaos:
             raise ValueError(f"unknown scenario {name!r}: one of {', '.join(NETNS_SCENARIOS)}")
         if name == "one_way" and one_way_problem() is not None:
             raise RuntimeError(f"one_way needs nft or iptables: {one_way_problem()}")
-        victim = "head" if name == "head_cut" else self._victim()
+        victim = "head" if name in ("head_cut", "scheduler_sigkill") else self._victim()
         ids = self._node_ids()
         folder = self.work / name
         folder.mkdir()
@@ -187,7 +195,7 @@ class NetnsChaos:
             time.sleep(self.t.settle_s + 2.0)  # the driver attaches and the load ramps up
             watcher.start()
             cut_at, healed_at, cut_s, held = self._fault(name, victim)
-            rejoin_s = self._rejoin(victim, ids.get(victim), healed_at, monitor) if name != "head_cut" else None
+            rejoin_s = self._rejoin(victim, ids.get(victim), healed_at, monitor) if victim != "head" else None
             time.sleep(max(0.0, window_start + self.t.load_s + 4.0 - time.time()))
             self._wait_jobs_serving(timeout_s=90.0)
         finally:
@@ -210,6 +218,7 @@ class NetnsChaos:
                "job_duplicates": jobs["duplicates"], "job_gap_ms": jobs["gap_ms"], "records_lost": outcome.records_lost,
                "recovery_s": jobs["recovery_s"], "rejoin_s": None if rejoin_s is None else round(rejoin_s, 2),
                "calls": outcome.calls, "completed": outcome.completed, "refused": outcome.refused, "victim": victim,
+               "victim_active_records": result.get("active_named_victim"),
                "windows": {"cut_s": round(cut_s, 2), "offline_after_s": self.t.offline_after_s,
                            "lease_ttl_s": self.t.lease_ttl_s, "ray_death_s": self.t.ray_death_s,
                            "offline_seen_s": None if offline is None else round(offline, 2),
@@ -227,6 +236,17 @@ class NetnsChaos:
         length = {"link_cut_short": t.short_s, "link_cut_medium": t.medium_s, "link_cut_long": t.long_s,
                   "head_cut": t.head_cut_s, "one_way": t.one_way_s}.get(name)
         cut_at = time.time()
+        if name == "node_kill":
+            f.stop(victim)
+            time.sleep(t.medium_s)
+            healed = time.time()
+            f.join(victim, profile="cpu-only-box", slots=4, supervise=True)
+            return cut_at, healed, healed - cut_at, False
+        if name == "scheduler_sigkill":
+            pid = int(self.driver("scheduler-pid")["pid"])
+            cut_at = time.time()
+            os.kill(pid, signal.SIGKILL)
+            return cut_at, cut_at, 0.0, False
         if name == "link_flap":
             total = 0.0
             for i in range(3):

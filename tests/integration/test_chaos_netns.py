@@ -6,7 +6,8 @@ jobs that count their own output, a stream of calls during each scenario.
 Each scenario must lose no call, run none below its floor, have no job output written twice and
 lose no registry record; each shows its window existed (a short cut never took the node offline,
 a medium one did but Ray never declared it dead, a long one did both and the node came back by
-itself; the flaps got the node held). ``scripts/chaos.py --hosts netns --json`` is the full run.
+itself; the flaps got the node held; a killed node joins again; a killed scheduler restarts). The
+full run is ``scripts/chaos.py --hosts netns --json``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def test_link_cut_long_the_node_is_dead_to_ray_and_rejoins_by_itself(chaos):
     w = doc["windows"]
     assert w["offline_seen_s"] is not None and w["ray_dead_seen_s"] is not None, doc
     assert doc["rejoin_s"] is not None, doc
+    assert doc["victim_active_records"] == 1, doc  # a new Ray id, the same name: one active node
 
 
 def test_head_cut_from_every_node(chaos):
@@ -78,3 +80,13 @@ def test_link_flap_gets_the_node_held(chaos):
     doc = chaos.scenario("link_flap")
     clean(doc)
     assert doc["held"] is True, doc
+
+
+def test_node_kill_the_job_moves_and_the_node_joins_again(chaos):
+    doc = chaos.scenario("node_kill")
+    clean(doc)
+    assert doc["rejoin_s"] is not None, doc
+
+
+def test_scheduler_sigkill_loses_no_call_and_runs_no_job_twice(chaos):
+    clean(chaos.scenario("scheduler_sigkill"))
