@@ -46,7 +46,7 @@ from fabric.testing.netns_net import (
     one_way_iptables, one_way_rules, pick_subnet, process_start, records, remove_everything, sh, state_lock,
 )
 
-__all__ = ["FAST_HEALTH", "NetnsError", "NetnsFleet", "NetnsHost", "head_argv", "host_env", "join_argv", "netns_problem",
+__all__ = ["FAST_HEALTH", "NetnsError", "NetnsFleet", "NetnsHost", "head_argv", "host_env", "join_argv", "netns_problem", "require",
            "one_way_problem"]
 
 FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 1000}
@@ -74,6 +74,18 @@ def netns_problem() -> str | None:
         return f"network namespaces are not permitted here: {made.stderr.strip()}"
     sh(["ip", "netns", "delete", probe], check=False)
     return None
+
+
+def require(problem: str | None) -> None:
+    """In a test: skip naming ``problem`` (from ``netns_problem`` or ``one_way_problem``); under
+    ``CI=true`` a missing tool is a failure instead, never a skip."""
+    if problem is None:
+        return
+    import pytest
+
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and the namespace fleet cannot run: {problem}")
+    pytest.skip(problem)
 
 
 def one_way_problem() -> str | None:

@@ -12,22 +12,13 @@ full run is ``scripts/chaos.py --hosts netns --json``.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from fabric.testing.chaos_netns import SUITE, NetnsChaos
-from fabric.testing.netns import netns_problem, one_way_problem
+from fabric.testing.netns import netns_problem, one_way_problem, require
 
 pytestmark = pytest.mark.integration
-
-
-def require(problem: str | None) -> None:
-    if problem is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and the namespace fleet cannot run: {problem}")
-    pytest.skip(problem)
 
 
 @pytest.fixture(scope="module")

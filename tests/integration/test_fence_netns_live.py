@@ -15,13 +15,12 @@ and the last line of the other). Waits are bounded polls; the recovery time is p
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 import pytest
 
-from fabric.testing.netns import NetnsFleet, netns_problem
+from fabric.testing.netns import NetnsFleet, netns_problem, require
 from fabric.testing.netns_net import sh
 from fabric.testing.writer import overlaps, read_lines
 
@@ -54,14 +53,6 @@ h = JobHandle(sys.argv[1], "plain-writer", call_timeout_s=60)
 s = h.status()
 print("result: " + json.dumps({"state": s.state.value, "node_id": s.node_id}))
 """
-
-
-def require(problem: str | None) -> None:
-    if problem is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and the namespace fleet cannot run: {problem}")
-    pytest.skip(problem)
 
 
 @pytest.fixture(scope="module")

@@ -27,29 +27,14 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fabric.cli.join_checks import HeadSeam  # noqa: E402
+from fabric.providers.sessions import gone, session_members  # noqa: E402
 from fabric.testing.local import free_port  # noqa: E402
+from test_join_checks_live import base_env, stop  # noqa: E402 - the same head environment and stop
 
 pytestmark = pytest.mark.integration
 
 IP = "127.0.0.2"
 FAST = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500}
-
-
-def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-    env.update(RAY_AUTH_MODE="token", RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="2", **extra)
-    return env
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
 
 
 def wait_for(what: str, check, log: Path, timeout_s: float = 120.0):
@@ -60,19 +45,6 @@ def wait_for(what: str, check, log: Path, timeout_s: float = 120.0):
             return got
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}\n{log.read_text(errors='replace')[-4000:]}")
-
-
-def session_alive(sid: int) -> list[int]:
-    import psutil
-
-    out = []
-    for pid in psutil.pids():
-        try:
-            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except (OSError, psutil.Error):
-            pass
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -140,5 +112,5 @@ def test_a_supervised_node_comes_back_after_it_is_dead_to_the_head_or_its_raylet
         stop(sup)
     assert sup.returncode == 0, log.read_text(errors="replace")[-3000:]
     assert log.read_text(errors="replace").rstrip().endswith("fabric join --supervise: stopped")
-    assert starts and all(not session_alive(pid) for pid in starts)
+    assert starts and all(gone(pid) and not session_members(pid) for pid in starts)
     wait_for("the head to see the node go", lambda: seam.node_state(gcs, token, third) == "dead", log, timeout_s=30)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.testing.netns import NetnsFleet, netns_problem, one_way_problem
+from fabric.testing.netns import NetnsFleet, netns_problem, one_way_problem, require
 from fabric.testing.netns_net import STATE_DIR, Names, RunRecord, pid_alive, sh, state_lock
 
 pytestmark = pytest.mark.integration
@@ -32,15 +32,6 @@ SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "mon
                        "join_timeout_s": 60.0, "reprobe_interval_s": 300.0}}
 HEAD_PROFILE = "edge-relay"  # tier relay: work that needs cpu_ffmpeg must run on n1 or n2
 NODE_PROFILE = "cpu-only-box"
-
-
-def require(problem: str | None) -> None:
-    """Skip naming ``problem``; under ``CI=true`` a missing tool is a failure instead."""
-    if problem is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and the namespace fleet cannot run: {problem}")
-    pytest.skip(problem)
 
 
 def left_behind(names: Names) -> list[str]:
