@@ -257,3 +257,18 @@ def test_the_two_threads_keep_a_lease_while_answers_come_and_end_it_once_they_st
     while not ended and real_time.monotonic() < deadline:
         real_time.sleep(0.02)
     assert ended == ["no renewal granted for 0.6 s"]
+
+
+def test_a_slot_reserved_again_after_a_restart_for_a_job_no_longer_bound_is_given_back():
+    """A restart's ReserveSlot answered after the job lost its binding (its saga failed forward)
+    must not leave the slot held for nobody."""
+    from fabric.core.jobs.book import ReleaseSlot
+
+    f = Fleet()
+    running(f)
+    out = f.core.handle(js.SlotReserved("no-such-job", 77))
+    assert [type(i) for i in out] == [ReleaseSlot] and out[0].allocation_id == 77
+    out = f.core.handle(js.SlotReserved("a", 78))  # bound, with its own allocation already: a late answer
+    assert [type(i) for i in out] == [ReleaseSlot] and out[0].allocation_id == 78
+    out = f.core.handle(js.SlotReserved("a", 79, migration_id="mig-gone"))
+    assert [type(i) for i in out] == [ReleaseSlot] and out[0].allocation_id == 79

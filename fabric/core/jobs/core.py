@@ -22,7 +22,7 @@ from typing import Any, Callable
 from fabric.core.errors import InvalidSpecError, JobNotFoundError
 from fabric.core.jobs import node_moves, sagas
 from fabric.core.jobs.fence import GRANTED, REFUSED
-from fabric.core.jobs.book import StopInstance, summarize
+from fabric.core.jobs.book import ReleaseSlot, StopInstance, summarize
 from fabric.core.jobs.bundles import BundleStatus
 from fabric.core.jobs.state import (
     DropPayload, JobsState, JobsWorld, KillInstance, PlaceSoon, Reply, ReserveSlot, StorePayload, WatchInstance, event,
@@ -368,16 +368,22 @@ class JobsCore(JobsState):
         return out
 
     def _slot_reserved(self, s: js.SlotReserved, now: float) -> list[Any]:
+        """A slot reserved again after a restart goes to its saga's target or its job's binding; one
+        that answers too late (the saga ended, the job was unbound or bound anew meanwhile) is given
+        back, never held for nobody."""
+        late = [ReleaseSlot(s.allocation_id)] if s.allocation_id is not None else []
         if s.migration_id is not None:
             m = self.migrations.get(s.migration_id)
-            if m is not None and not m.terminal:
-                m.target_allocation = s.allocation_id
-                self.dirty_sagas.add(m.migration_id)
+            if m is None or m.terminal:
+                return late
+            m.target_allocation = s.allocation_id
+            self.dirty_sagas.add(m.migration_id)
             return []
         rec = self.book.jobs.get(s.job_id)
-        if rec is not None and rec.binding is not None:
-            rec.binding = replace(rec.binding, allocation_id=s.allocation_id)
-            self.book.dirty.add(s.job_id)
+        if rec is None or rec.binding is None or rec.binding.allocation_id is not None:
+            return late
+        rec.binding = replace(rec.binding, allocation_id=s.allocation_id)
+        self.book.dirty.add(s.job_id)
         return []
 
     # -- reads ------------------------------------------------------------------------------------------
