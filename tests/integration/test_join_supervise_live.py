@@ -19,8 +19,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -29,22 +27,12 @@ ray = pytest.importorskip("ray")
 from fabric.cli.join_checks import HeadSeam  # noqa: E402
 from fabric.providers.sessions import gone, session_members  # noqa: E402
 from fabric.testing.local import free_port  # noqa: E402
-from test_join_checks_live import base_env, stop  # noqa: E402 - the same head environment and stop
+from test_join_checks_live import base_env, stop, wait_for  # noqa: E402 - the same head environment, stop and wait
 
 pytestmark = pytest.mark.integration
 
 IP = "127.0.0.2"
 FAST = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500}
-
-
-def wait_for(what: str, check, log: Path, timeout_s: float = 120.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}\n{log.read_text(errors='replace')[-4000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +54,7 @@ def head(tmp_path_factory):
                                 env=base_env(RAY_AUTH_TOKEN_PATH=str(token_file), HOME=str(home)))
     gcs = f"{IP}:{port}"
     try:
-        wait_for("the head", lambda: HeadSeam().ask(gcs, token) == "ok" and HeadSeam().kv_get(gcs, token)[1], log)
+        wait_for("the head", lambda: HeadSeam().ask(gcs, token) == "ok" and HeadSeam().kv_get(gcs, token)[1], timeout_s=120, log=log)
         yield gcs, token, token_file, folder
     finally:
         stop(proc)
@@ -90,13 +78,13 @@ def test_a_supervised_node_comes_back_after_it_is_dead_to_the_head_or_its_raylet
         return (found[n - 1][0], int(found[n - 1][1])) if len(found) >= n else None
 
     try:
-        first, raylet = wait_for("the supervised node", lambda: up(1), log)
+        first, raylet = wait_for("the supervised node", lambda: up(1), timeout_s=120, log=log)
         assert seam.node_state(gcs, token, first) == "alive"
 
         # A raylet that runs on after the head declared its node dead: frozen past the health checks.
         os.kill(raylet, signal.SIGSTOP)
-        wait_for("the head to declare the node dead", lambda: seam.node_state(gcs, token, first) == "dead", log)
-        second, raylet2 = wait_for("a new node after the orphan", lambda: up(2), log, timeout_s=120)
+        wait_for("the head to declare the node dead", lambda: seam.node_state(gcs, token, first) == "dead", timeout_s=120, log=log)
+        second, raylet2 = wait_for("a new node after the orphan", lambda: up(2), timeout_s=120, log=log)
         assert second != first and seam.node_state(gcs, token, second) == "alive"
         text = log.read_text(errors="replace")
         assert f"the head's node table says node {first} is dead while its raylet (pid {raylet}) still runs" in text
@@ -104,7 +92,7 @@ def test_a_supervised_node_comes_back_after_it_is_dead_to_the_head_or_its_raylet
 
         # A raylet killed: ray start --block ends with it, and a new node starts.
         os.kill(raylet2, signal.SIGKILL)
-        third, _ = wait_for("a new node after the raylet died", lambda: up(3), log, timeout_s=120)
+        third, _ = wait_for("a new node after the raylet died", lambda: up(3), timeout_s=120, log=log)
         assert third not in (first, second) and seam.node_state(gcs, token, third) == "alive"
         assert "restart 2)" in log.read_text(errors="replace")
     finally:
@@ -113,4 +101,4 @@ def test_a_supervised_node_comes_back_after_it_is_dead_to_the_head_or_its_raylet
     assert sup.returncode == 0, log.read_text(errors="replace")[-3000:]
     assert log.read_text(errors="replace").rstrip().endswith("fabric join --supervise: stopped")
     assert starts and all(gone(pid) and not session_members(pid) for pid in starts)
-    wait_for("the head to see the node go", lambda: seam.node_state(gcs, token, third) == "dead", log, timeout_s=30)
+    wait_for("the head to see the node go", lambda: seam.node_state(gcs, token, third) == "dead", timeout_s=30, log=log)
