@@ -73,6 +73,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noq
 
 from fabric import adaptive  # noqa: E402
 from fabric.core.jobs import JobState  # noqa: E402
+from fabric.core.settings_fence import FenceSettings  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from probes.profiles import profile_path  # noqa: E402
 
@@ -89,8 +90,8 @@ into the fabric's recovery; Ray's actor restarts without that wait, and may run 
 def fence_settings(lease_ttl_s: float | None) -> dict[str, Any]:
     """The settings with the fence's lease at ``lease_ttl_s`` (renewed four times a lease, a margin of
     a quarter lease up to 2 s); the defaults for None."""
-    if lease_ttl_s is None:
-        return dict(SETTINGS)
+    if lease_ttl_s is None:  # named, so that LocalFabric's short test lease does not replace it
+        return {**SETTINGS, "fence": FenceSettings().model_dump()}
     return {**SETTINGS, "fence": {"lease_ttl_s": lease_ttl_s, "renew_every_s": lease_ttl_s / 4,
                                   "margin_s": min(2.0, lease_ttl_s / 4)}}
 POLL_S = 0.05

@@ -13,6 +13,6 @@ if "ray" not in sys.modules:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from probes.profiles import profile_path, profiles
-from fabric.testing.local import FAST_HEALTH_CHECKS, LocalFabric, LocalNode, node_spec
+from fabric.testing.local import FAST_FENCE, FAST_HEALTH_CHECKS, LocalFabric, LocalNode, node_spec
 
-__all__ = ["FAST_HEALTH_CHECKS", "LocalFabric", "LocalNode", "node_spec", "profile_path", "profiles"]
+__all__ = ["FAST_FENCE", "FAST_HEALTH_CHECKS", "LocalFabric", "LocalNode", "node_spec", "profile_path", "profiles"]

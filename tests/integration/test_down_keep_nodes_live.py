@@ -18,7 +18,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fabric.core.names import NAMESPACE, SCHEDULER  # noqa: E402
-from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing import FAST_FENCE, LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +32,7 @@ SETTINGS = {
         {"name": "burst", "scale_out": "elastic", "provider": "local", "max_nodes": 1, "provision_timeout_s": 180,
          "candidate_shapes": [SHAPE]},
     ]}],
+    "fence": FAST_FENCE,
 }
 
 

@@ -22,7 +22,7 @@ ray = pytest.importorskip("ray")
 from fabric.core.errors import RegistrationError  # noqa: E402
 from fabric.core.events import NodeCollected, NodeFlapHeld, NodeLost  # noqa: E402
 from fabric.core.lifecycle import NodeStatus  # noqa: E402
-from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing import FAST_FENCE, LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ EXPECT_TIER = {"gpu-cuda-workstation": "gpu_cuda", "steamdeck-apu": "gpu_apu", "
                "arm64-board": "cpu_ffmpeg", "edge-relay": "relay"}
 GRACE_S = 12.0  # long enough that a rejoin registers before the old record is collected
 SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": GRACE_S,
-                       "monitor_interval_s": 0.25, "join_timeout_s": 30.0, "reprobe_interval_s": 300.0}}
+                       "monitor_interval_s": 0.25, "join_timeout_s": 30.0, "reprobe_interval_s": 300.0}, "fence": FAST_FENCE}
 
 
 @pytest.fixture(scope="module")

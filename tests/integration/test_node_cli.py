@@ -23,13 +23,13 @@ ray = pytest.importorskip("ray")
 
 from fabric.core.lifecycle import NodeStatus  # noqa: E402
 from probes.profiles import profile_path  # noqa: E402
-from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing import FAST_FENCE, LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 IP = "127.0.0.2"
 SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
-                       "join_timeout_s": 60.0}}
+                       "join_timeout_s": 60.0}, "fence": FAST_FENCE}
 
 
 @pytest.fixture(scope="module")
