@@ -177,9 +177,9 @@ class MigrationRunner:
         """The core's instructions for what came of a step (carried out by the caller)."""
         return self.runner.core.handle(SagaStepAnswered(m.migration_id, answer, reason, **placed))
 
-    def _answer(self, m: Migration, answer: SagaAnswer, reason: str = "") -> None:
+    def _answer(self, m: Migration, answer: SagaAnswer, reason: str = "", *, confirmed: bool = True) -> None:
         """Tell the core what came of a step that ran on its own, and carry its answer out."""
-        self.runner.handle(SagaStepAnswered(m.migration_id, answer, reason))
+        self.runner.handle(SagaStepAnswered(m.migration_id, answer, reason, confirmed=confirmed))
 
     def take_target(self, migration_id: str) -> Any:
         """The target's handle, for the job runner's watch once it carries the job (a lost handover's
@@ -321,15 +321,17 @@ class MigrationRunner:
     async def _stop_source(self, m: Migration, ins: StopSource) -> None:
         r = self.runner
         handle = r.handles.get(ins.instance_key) or r.launcher.find(m.job_id, ins.instance_key)
+        confirmed = False  # not found by name, or only killed: its node may be cut off and run it on
         if handle is not None:
             if not ins.kill:
                 try:
                     await asyncio.wait_for(handle.__fabric_shutdown__.remote(), STOP_GRACE_S)
+                    confirmed = True  # it ends its own process (SELF_STOP_S), kill or no kill
                 except Exception:
                     pass
             r.launcher.kill(handle)
         r.handles.pop(ins.instance_key, None)
-        self._answer(m, "source_stopped")
+        self._answer(m, "source_stopped", confirmed=confirmed)
 
 
 __all__ = ["MigrationRunner", "SAGA_STEPS"]

@@ -13,7 +13,9 @@ Ray's default: one at a time, in order):
   ``stopped`` once a stop was asked; while it is out, the instance's death reaches the scheduler
   as the call's ``ActorDiedError`` (``preempted`` when Ray drained the node for preemption);
 - ``__fabric_ping__``: the class's ``__fabric_health__()`` when it has one;
-- ``__fabric_shutdown__``: the class's ``__fabric_stop__()`` when it has one, then the watch ends.
+- ``__fabric_shutdown__``: the class's ``__fabric_stop__()`` when it has one, then the watch ends
+  and the process ends itself ``SELF_STOP_S`` later (whether or not a kill reaches it): an answered
+  shutdown is a stop on the node's own side, which a migration's target may start after.
 
 The fence (``fabric.core.jobs.fence``): an instance started with a lease (``lease_ttl_s`` in its
 info) runs a ``LeaseKeeper``: one thread renews the lease with the scheduler every
@@ -175,6 +177,18 @@ def _end_process(why: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+SELF_STOP_S = 0.2
+"""How long an instance whose shutdown was asked lives on: long enough for its answer to leave."""
+
+
+def _stopping(self: Any) -> None:
+    """A shutdown was asked: the watch ends, and the process ends itself ``SELF_STOP_S`` later."""
+    self._fabric_stop.set()
+    timer = threading.Timer(SELF_STOP_S, os.kill, (os.getpid(), signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
+
+
 def _scheduler_asker(job_id: str, instance_key: str, timeout_s: float) -> Callable[[], str | None]:
     """``ask`` for a ``LeaseKeeper``: the scheduler's ``renew_lease``, waited for ``timeout_s``."""
     from fabric.rayio.scheduler_client import SchedulerClient
@@ -225,11 +239,14 @@ def _prepare(self: Any, cls: type, blob: bytes, info: dict | None) -> None:
 
 
 def _begin(self: Any) -> Any:
-    """Run the deferred constructor once; a second call (a restarted scheduler asking again)
-    waits for the first to finish and answers the same."""
+    """Run the deferred constructor once, ``2 * SELF_STOP_S`` after it is asked (a source whose
+    stop was answered has ended its own process by then, even if the kill sent after never landed);
+    a second call (a restarted scheduler asking again) waits for the first to finish and answers
+    the same."""
     with self._fabric_begin_lock:
         deferred, self._fabric_deferred = self._fabric_deferred, None
         if deferred is not None:
+            time.sleep(2 * SELF_STOP_S)  # the source stopped just before ends its own process meanwhile
             _start(self, *deferred)
         return self._fabric_error
 
@@ -286,7 +303,7 @@ def instance_class(cls: type) -> type:
                         if inspect.isawaitable(out):
                             await out
                 finally:
-                    self._fabric_stop.set()
+                    _stopping(self)
 
         out: type = AsyncInstance
     else:
@@ -319,7 +336,7 @@ def instance_class(cls: type) -> type:
                     if hook is not None:
                         hook()
                 finally:
-                    self._fabric_stop.set()
+                    _stopping(self)
 
         out = Instance
     out.__name__ = out.__qualname__ = getattr(cls, "__name__", "Job")

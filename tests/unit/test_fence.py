@@ -12,6 +12,7 @@ import pytest
 
 from fabric.core.jobs import JobState
 from fabric.core.jobs import stimuli as js
+from fabric.core.jobs.migration import BeginTarget, MigrationPhase, StopSource
 from fabric.core.settings_fence import FenceSettings
 from fabric.rayio.instances import GRANTED, REFUSED, LeaseKeeper
 from test_jobs_core import SPEC, Fleet, _settle
@@ -149,6 +150,76 @@ def test_a_migration_s_target_is_granted_and_the_source_is_refused_once_it_moved
     assert rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key != key
     assert renew(f, rec.binding.instance_key) == GRANTED
     assert renew(f, key) == REFUSED
+
+
+class CutSource(Fleet):
+    """The source's node is cut off: a graceful stop never comes back; the kill that follows is
+    answered (``confirmed=False``), or, with ``hold``, no answer comes at all."""
+
+    def __init__(self, *, hold: bool = False) -> None:
+        super().__init__()
+        self.hold, self.begun = hold, 0
+
+    def _one(self, ins):  # type: ignore[no-untyped-def]
+        if isinstance(ins, StopSource):
+            if not self.hold:
+                self.pending.append(js.SagaStepAnswered(ins.migration_id, "source_stopped", confirmed=False))
+            return []
+        self.begun += isinstance(ins, BeginTarget)
+        return super()._one(ins)
+
+
+def test_a_stop_then_start_target_waits_for_the_lease_of_a_source_that_was_only_killed():
+    f = CutSource()
+    key = running(f)
+    granted_at = f.now
+    assert renew(f, key) == GRANTED
+    f.now += 1.0
+    f.handle(js.MigrateRequested("a", "stop_then_start"))
+    _settle(f)
+    m = f.core.migrations.for_job("a")
+    assert m is not None and m.phase is MigrationPhase.STOPPING_SOURCE and f.begun == 0
+    fenced = [e for e in f.events if e.kind == "job_fenced"]
+    assert len(fenced) == 1 and fenced[0].data["migration_id"] == m.migration_id
+    assert fenced[0].data["wait_s"] == pytest.approx(LIMIT - 1.0)
+    assert renew(f, key) == REFUSED  # a source being stopped keeps its lease no longer
+    at(f, granted_at + LIMIT - 0.5)
+    assert f.begun == 0 and f.core.book.job("a").binding.instance_key == key  # type: ignore[union-attr]
+    at(f, granted_at + LIMIT + 0.5)  # the source's lease ended: it stopped itself; the target begins
+    rec = f.core.book.job("a")
+    assert f.begun == 1 and rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key != key
+
+
+def test_a_stop_then_start_whose_source_node_is_lost_mid_stop_begins_its_target_only_after_the_lease():
+    f = CutSource(hold=True)
+    key = running(f)
+    granted_at = f.now
+    assert renew(f, key) == GRANTED
+    f.handle(js.MigrateRequested("a", "stop_then_start"))
+    _settle(f)
+    m = f.core.migrations.for_job("a")
+    assert m is not None and m.phase is MigrationPhase.STOPPING_SOURCE
+    f.now += 2.0
+    f.handle(js.JobsNodeLost(m.source_node))  # the stop reached nobody; the node may run the source on
+    assert f.begun == 0 and [e.data["reason"] for e in f.events if e.kind == "job_fenced"] == [
+        f"node {m.source_node[:12]} lost"]
+    at(f, granted_at + LIMIT + 0.5)
+    rec = f.core.book.job("a")
+    assert f.begun == 1 and rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key != key
+
+
+def test_a_source_that_answered_its_stop_or_held_no_lease_lets_the_target_begin_at_once():
+    f = CutSource()
+    running(f)  # never renewed: it never served, so nothing waits
+    f.handle(js.MigrateRequested("a", "stop_then_start"))
+    _settle(f)
+    assert f.begun == 1 and not [e for e in f.events if e.kind == "job_fenced"]
+    g = Fleet()  # the stop was answered by the source itself: it ends its own process
+    key = running(g)
+    assert renew(g, key) == GRANTED
+    g.handle(js.MigrateRequested("a", "stop_then_start"))
+    _settle(g)
+    assert g.core.book.job("a").binding.instance_key != key and not [e for e in g.events if e.kind == "job_fenced"]  # type: ignore[union-attr]
 
 
 # -- the instance side -------------------------------------------------------------------------------------

@@ -147,6 +147,7 @@ class JobsCore(JobsState):
         rec = self.book.jobs.get(s.job_id)
         ok = rec is not None and rec.binding is not None and rec.binding.instance_key == s.instance_key
         ok = ok or any(m.job_id == s.job_id and m.target_key == s.instance_key for m in self.migrations.active.values())
+        ok = ok and not sagas.stopping_source(self, s.job_id, s.instance_key)  # being stopped: it ends within its lease
         out: list[Any] = []
         if ok and s.instance_key in self.leases.suspects:
             out.append(event("job_reconnected", {"job_id": s.job_id, "instance_key": s.instance_key,
@@ -161,6 +162,10 @@ class JobsCore(JobsState):
         for key in self.leases.expired(now):
             last = self.leases.last_grant(key) or now
             self.leases.forget(key)
+            saga = sagas.source_lease_ended(self, key, now)
+            if saga is not None:  # a saga's source: the saga goes on (a fenced stop_then_start's target begins)
+                out += saga
+                continue
             rec = next((r for r in self.book.bound() if r.binding is not None and r.binding.instance_key == key), None)
             if rec is None or any(m.job_id == rec.job_id for m in self.migrations.active.values()):
                 continue  # nobody's instance any more, or a saga's to settle

@@ -123,7 +123,8 @@ def step_answered(st: JobsState, s: SagaStepAnswered, now: float) -> list[Any]:
         if rec is not None and rec.state == JobState.STOPPING and rec.binding is not None \
                 and rec.binding.instance_key == m.source_key:
             out = st.book.died(m.job_id, m.source_key, now, reason="stopped")
-        return out + saga_out(st, m, m.source_ended(now), now)
+        fenced = None if s.confirmed else fence_source(st, m, now, "the source was killed, not stopped")
+        return out + (fenced if fenced is not None else saga_out(st, m, m.source_ended(now), now))
     fail = _FAILURES.get(s.answer)
     return saga_out(st, m, fail(m, s.reason, now) if fail is not None else _STEPS[s.answer](m, now), now)
 
@@ -160,8 +161,44 @@ def node_lost(st: JobsState, node_id: str, now: float) -> tuple[set[str], list[A
             if m.past_point_of_no_return:
                 owned.add(m.job_id)
                 st.ignored.add(m.source_key)
-            out += saga_out(st, m, m.source_ended(now), now)
+            fenced = fence_source(st, m, now, f"node {node_id[:12]} lost")
+            out += fenced if fenced is not None else saga_out(st, m, m.source_ended(now), now)
     return owned, out
+
+
+def fence_source(st: JobsState, m: Migration, now: float, why: str) -> list[Any] | None:
+    """A ``stop_then_start`` saga stopping its source, whose end is not sure (only a kill was sent,
+    or its node was lost: a node cut off hears neither and runs it on): the target begins only once
+    the source's lease has ended (``source_lease_ended``). None when nothing holds the saga: the
+    source is known stopped, holds no live lease, or the strategy lets the two overlap anyway."""
+    if m.strategy is not MigrationStrategy.STOP_THEN_START or m.phase is not MigrationPhase.STOPPING_SOURCE \
+            or m.source_stopped or not st.leases.live(m.source_key, now):
+        return None
+    wait = (st.leases.ends(m.source_key) or now) - now
+    st.ignored.add(m.source_key)
+    st.leases.suspects[m.source_key] = m.source_node
+    st.dirty_sagas.add(m.migration_id)
+    m.history.append((m.phase.value, now, f"{why}: the target waits {wait:.1f} s for the source's lease to end"))
+    return [event("job_fenced", {"job_id": m.job_id, "instance_key": m.source_key, "node_id": m.source_node,
+                                 "wait_s": round(wait, 3), "reason": why, "migration_id": m.migration_id})]
+
+
+def source_lease_ended(st: JobsState, key: str, now: float) -> list[Any] | None:
+    """``key``'s lease ended without a renewal: when it is an active saga's source, that source has
+    surely stopped, and a saga fenced on it (``fence_source``) goes on. None when no saga has it."""
+    m = next((m for m in st.migrations.active.values() if m.source_key == key), None)
+    if m is None:
+        return None
+    if m.source_stopped or m.phase is not MigrationPhase.STOPPING_SOURCE:
+        return []
+    m.history.append((m.phase.value, now, "the source's lease ended: it stopped itself"))
+    return saga_out(st, m, m.source_ended(now), now)
+
+
+def stopping_source(st: JobsState, job_id: str, key: str) -> bool:
+    """Whether ``key`` is the source a saga of ``job_id`` is stopping (its lease is not renewed)."""
+    return any(m.job_id == job_id and m.source_key == key and m.phase is MigrationPhase.STOPPING_SOURCE
+               for m in st.migrations.active.values())
 
 
 def expire_due(st: JobsState, now: float) -> list[Any]:

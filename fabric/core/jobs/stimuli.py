@@ -155,6 +155,10 @@ class SagaStepAnswered(Stimulus):
     node_id: str | None = None
     allocation_id: int | None = None
     instance_key: str | None = None
+    confirmed: bool = True
+    """``source_stopped``: the source answered its shutdown (it ends its own process on its node).
+    False when only a kill was sent, which a node cut off never hears: the saga's next step waits for
+    the source's lease to end (``fabric.core.jobs.fence``)."""
 
 
 @dataclass(frozen=True)
