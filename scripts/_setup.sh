@@ -30,6 +30,13 @@ if [ "$(id -u)" = 0 ] && ! command -v nft >/dev/null 2>&1 && command -v apt-get 
     || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/dev/null 2>&1; }; } \
     || echo "nftables could not be installed: the one-way cut tests skip (fail with CI=true)" >&2
 fi
+# The GCS fault-tolerance tests' external store (fabric.testing.redis) needs redis-server: install Debian's when root.
+if [ "$(id -u)" = 0 ] && ! command -v redis-server >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "==> installing redis-server (apt-get) for the GCS fault-tolerance tests' external store"
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1; }; } \
+    || echo "redis-server could not be installed: the Redis-backed head restart test skips (fails with CI=true)" >&2
+fi
 export PATH="$ROOT/.venv/bin:$PATH"
 # Ray 2.60 turns token auth on for new local clusters; choose explicitly (tests/demo override per run).
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"

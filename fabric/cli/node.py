@@ -19,6 +19,11 @@ and refuses (exit 1, nothing started, one line each) a missing or wrong token or
 differs. Its token (``--token-file FILE``, else Ray's own sources) reaches ``ray start`` through the
 environment, never its command line.
 
+``start-head`` turns Ray's GCS fault tolerance on (an embedded store beside the registry, or
+``--redis-address``; ``--no-fault-tolerance`` for none): the same command after a crash brings the
+cluster back. ``join --head-outage-tolerance S`` is how long the node's raylet waits for a head that
+went away. Both are ``fabric.cli.head_ft``'s.
+
 ``join --supervise`` stays in the foreground and keeps the node in the fleet: it runs ``ray start
 --block`` as a child and starts a new node when that one exits, or is dead to the head while its
 raylet runs on (``fabric.cli.supervise``).
@@ -41,6 +46,10 @@ from typing import Any, Sequence
 
 from fabric.cli.common import EXIT_FAILED, EXIT_USAGE
 from fabric.cli.connect import parse_address
+from fabric.cli.head_ft import (
+    FaultTolerance, add_head_flags, add_join_flags, clear_stale_current_cluster, fault_tolerance, head_gcs_address, head_start_env,
+    held_earlier_cluster, join_env, report_after_start, scrub, temp_dir,
+)
 from fabric.cli.join_checks import (
     HeadSeam, JoinVerdict, check_join, head_token_lines, join_token, local_versions, record_head_versions,
 )
@@ -86,11 +95,13 @@ def add_parser(subparsers: Any) -> None:
                                 "no longer lists it (default: $FABRIC_API when set)")
             p.add_argument("--api-token-file", metavar="FILE",
                            help="with --api: a file holding the operator API's token (default: $FABRIC_API_TOKEN)")
+            add_join_flags(p)
         else:
             p.add_argument("--port", type=int, metavar="PORT", help="GCS port of the new head (Ray's default: 6379)")
             p.add_argument("--dashboard-host", metavar="HOST",
                            help="where Ray's dashboard (and ray job submit) listens: 0.0.0.0 for every interface "
                                 "(Ray's default: this machine only)")
+            add_head_flags(p)
         p.add_argument("--node-ip-address", metavar="IP",
                        help="the address other nodes reach this one at (default: its tailnet address when one is probed, "
                             "else Ray's choice)")
@@ -104,7 +115,7 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument("--pool-tier", help="pool tier label")
         p.add_argument("--zone", help="zone label")
         p.add_argument("--ray", metavar="PATH", help="the ray executable (default: next to this Python, else on PATH)")
-        p.add_argument("--dry-run", action="store_true", help="print the ray start command, do not run it")
+        p.add_argument("--dry-run", action="store_true", help="print the ray start command (and its environment), do not run it")
         p.add_argument("ray_args", nargs=argparse.REMAINDER, metavar="-- RAY_START_ARGS",
                        help="extra arguments for ray start after --, e.g. -- --block")
         p.set_defaults(func=run_start, command_name=command)
@@ -223,16 +234,34 @@ def run_start(args: argparse.Namespace) -> int:
                                     node_ip_address=None if in_extra else ip, extra=extra)
     except ValueError as exc:
         return _refuse(command, str(exc))
+    ft: FaultTolerance | None = None
+    if address is None:
+        ft, why = fault_tolerance(args, head_gcs_address(ip, getattr(args, "port", None)))
+        if ft is None:
+            return _refuse(command, why or "bad fault-tolerance flags")
+        argv, env = ft.wrap(argv, sys.executable), {**env, **ft.env()}
+    else:
+        outage_env, why = join_env(args)
+        if why:
+            return _refuse(command, why)
+        env = {**env, **outage_env}
     web = next((a.split("=", 1)[1] for a in extra if a.startswith("--dashboard-port=")), None)
     told = [*head_lines(ip, getattr(args, "port", None), dashboard_host, int(web) if web and web.isdigit() else None),
             *head_token_lines(os.environ, Path.home())] if address is None else []
-    shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
+    shown_env = {**env, **ft.shown_env()} if ft is not None else env
+    shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in shown_env.items()), *map(shlex.quote, argv)])
     print(f"probed {caps.name}: {caps.summary()}")
     print(f"{'would run' if args.dry_run else 'running'}: {shown}", flush=True)
     if args.dry_run:
-        print("\n".join(told))
+        print("\n".join([*([ft.describe()] if ft is not None else []), *told]))
         return 0
-    run_env = {**os.environ, **env}
+    run_env = {**os.environ, **env} if ft is None else head_start_env(ft, {**os.environ, **env})
+    held = False
+    if ft is not None:
+        ft_gcs = head_gcs_address(ip, getattr(args, "port", None))
+        if clear_stale_current_cluster(temp_dir(extra), ft_gcs):
+            print(f"removed a stale {temp_dir(extra) / 'ray_current_cluster'} naming {ft_gcs} (nothing answers there)")
+        held = held_earlier_cluster(ft)
     if address is not None:
         why = _reachable(host, port)
         if why is not None:
@@ -257,13 +286,13 @@ def run_start(args: argparse.Namespace) -> int:
             subprocess.Popen([sys.executable, "-m", "fabric.cli.join_checks", "record", gcs], env=run_env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             print(f"the head's versions are recorded for joining nodes once it answers ({local_versions().summary()})")
-            print("\n".join(told), flush=True)
+            print("\n".join([*([ft.describe(not held)] if ft is not None else []), *told]), flush=True)
         # ray start stays in the foreground: become it, so that signals (and a supervisor's
         # pid) reach ray start itself and it stops its node's processes.
         os.execve(argv[0], argv, run_env)
     proc = subprocess.run(argv, env=run_env, capture_output=True, text=True)
     if proc.returncode != 0:
-        text = ((proc.stderr or "") + (proc.stdout or "")).strip().splitlines()
+        text = scrub((proc.stderr or "") + (proc.stdout or ""), ft).strip().splitlines()
         errors = [ln for ln in text if "error" in ln.lower() or "failed" in ln.lower()] or text[-3:]
         print(f"fabric {command}: ray start failed (exit {proc.returncode}):", file=sys.stderr)
         for line in errors[-5:]:
@@ -271,6 +300,9 @@ def run_start(args: argparse.Namespace) -> int:
         return proc.returncode
     verb = "started head" if address is None else f"joined {address} as"
     print(f"{verb} {caps.name} (tier {caps.tier.value}, {caps.limitations.max_concurrent_tasks} slots)")
+    if ft is not None:
+        print(report_after_start(ft, head_gcs_address(ip, getattr(args, "port", None)), join_token(os.environ, Path.home(), None).token,
+                                 held), flush=True)
     if address is None:
         versions = local_versions()
         why = record_head_versions(gcs, versions, os.environ, Path.home(), HeadSeam())

@@ -106,7 +106,7 @@ def head(tmp_path_factory):
             f"--dashboard-agent-grpc-port={free_port()}", f"--metrics-export-port={free_port()}", "--block"]
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                env=base_env(RAY_AUTH_TOKEN_PATH=str(token_file)))
+                                env=base_env(RAY_AUTH_TOKEN_PATH=str(token_file), XDG_DATA_HOME=str(folder / "data")))
     gcs = f"{IP}:{port}"
     try:
         seam = HeadSeam()

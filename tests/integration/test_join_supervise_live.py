@@ -51,7 +51,7 @@ def head(tmp_path_factory):
     home.mkdir()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                env=base_env(RAY_AUTH_TOKEN_PATH=str(token_file), HOME=str(home)))
+                                env=base_env(RAY_AUTH_TOKEN_PATH=str(token_file), HOME=str(home), XDG_DATA_HOME=str(folder / "data")))
     gcs = f"{IP}:{port}"
     try:
         wait_for("the head", lambda: HeadSeam().ask(gcs, token) == "ok" and HeadSeam().kv_get(gcs, token)[1], timeout_s=120, log=log)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -52,9 +53,11 @@ def join_env() -> dict[str, str]:
     return env
 
 
-def fabric_cli(*args: str, **kw) -> subprocess.Popen:
+def fabric_cli(*args: str, data_home: Path | None = None, **kw) -> subprocess.Popen:
+    """``python -m fabric ARGS``; ``data_home``: its ``XDG_DATA_HOME`` (start-head's GCS store lands there)."""
+    env = {**join_env(), **({"XDG_DATA_HOME": str(data_home)} if data_home is not None else {})}
     return subprocess.Popen([sys.executable, "-m", "fabric", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=join_env(), **kw)
+                            env=env, **kw)
 
 
 def stop(proc: subprocess.Popen) -> str:
@@ -102,10 +105,10 @@ def test_join_registers_the_node_with_its_recording_and_status_shows_it(lf, how)
                   f"{name} to go offline after its process stopped", timeout_s=60)
 
 
-def test_start_head_starts_a_labelled_head_that_stops_with_its_process():
+def test_start_head_starts_a_labelled_head_that_stops_with_its_process(tmp_path):
     port = _free_port(IP)
     proc = fabric_cli("start-head", "--profile", "cpu-only-box", "--name", "cli-head", "--port", str(port), "--",
-                      f"--node-ip-address={IP}", "--include-dashboard=false", "--block")
+                      f"--node-ip-address={IP}", "--include-dashboard=false", "--block", data_home=tmp_path)
     try:
         probe = ("import json, ray; ray.init(address=%r, _node_ip_address=%r, log_to_driver=False); "
                  "print(json.dumps([n['Labels'] for n in ray.nodes() if n['Alive']]))") % (f"{IP}:{port}", IP)
