@@ -4,10 +4,12 @@
 with its file, line and path, as ``fabric settings validate`` prints them; exit 2, nothing started), then connects and calls ``fabric.up``. On a fabric that
 is already up with other settings it refuses (exit 2) and names the differing fields instead of
 silently keeping the old ones; without ``--config`` it attaches to whatever runs. ``down`` stops
-the fabric's actors and terminates the nodes its providers started (``--keep-nodes``: those keep
-running); Ray and the nodes that joined it stay. Both print what they did; exit 1 when the cluster
-cannot be reached or the operation fails, 2 for bad input (a malformed address, a bad settings file,
-settings that conflict with those in force).
+every job that has not ended and waits until each is stopped (``--keep-jobs``: their instances keep
+running for the next ``up`` to re-adopt, while their leases last), then terminates the nodes its
+providers started (``--keep-nodes``: those keep running) and stops the fabric's actors; Ray and the
+nodes that joined it stay. Both print what they did; exit 1 when the cluster cannot be reached or
+the operation fails (``down``: a job that did not stop in time, named), 2 for bad input (a
+malformed address, a bad settings file, settings that conflict with those in force).
 """
 
 from __future__ import annotations
@@ -31,12 +33,19 @@ def add_parser(subparsers: Any) -> None:
     u.add_argument("--no-scheduler", action="store_true", help="only the fleet: registry, health monitor, probes")
     u.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="how long the actors may take to come up")
     u.set_defaults(func=run_up)
-    down_help = ("stop the fabric's actors and terminate the nodes its providers started; Ray itself and the nodes "
-                 "that joined it (fabric join, ray start) keep running")
+    down_help = ("stop every job that has not ended (waiting until each is stopped, so a later fabric up starts none "
+                 "of them), then stop the fabric's actors and terminate the nodes its providers started; Ray itself "
+                 "and the nodes that joined it (fabric join, ray start) keep running")
     d = subparsers.add_parser("down", help=down_help, description=down_help, parents=[address_parent()])
     d.add_argument("--keep-nodes", action="store_true",
                    help="leave the nodes the fabric's providers started running (a later fabric up adopts them); "
                         "only the fabric's actors stop")
+    d.add_argument("--keep-jobs", action="store_true",
+                   help="leave the jobs' instances running for a later fabric up to re-adopt; without the scheduler "
+                        "each serves only while its lease lasts (fence.lease_ttl_s, 20 s by default), then ends its "
+                        "own process, and that later fabric up recovers those by their policy")
+    d.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long the jobs may take to stop (and the actors to go)")
     d.set_defaults(func=run_down)
 
 
@@ -89,6 +98,21 @@ def run_up(args: argparse.Namespace) -> int:
         ray.shutdown()
 
 
+def jobs_line(jobs: Any) -> str:
+    """The one line that says which rule ran for the jobs (``jobs: stopped 3``, or kept running)."""
+    if not jobs.scheduler:
+        return "jobs: no scheduler runs here: none to stop"
+    if jobs.kept:
+        lease = f"{jobs.lease_ttl_s:g} s" if jobs.lease_ttl_s is not None else "fence.lease_ttl_s"
+        return f"jobs: kept running for the next fabric up (their leases last {lease} without the scheduler)"
+    if jobs.error:
+        return f"jobs: could not be stopped: {jobs.error}"
+    line = f"jobs: stopped {len(jobs.stopped)}"
+    if jobs.not_stopped:
+        line += f"; not stopped in time: {', '.join(jobs.not_stopped)}"
+    return line
+
+
 def run_down(args: argparse.Namespace) -> int:
     if bad_address(args.address, "down"):
         return EXIT_USAGE
@@ -98,11 +122,15 @@ def run_down(args: argparse.Namespace) -> int:
     try:
         import fabric
 
-        stopped = fabric.down(keep_nodes=args.keep_nodes)
+        stopped = fabric.down(args.timeout, keep_nodes=args.keep_nodes, keep_jobs=args.keep_jobs,
+                              progress=lambda line: print(f"fabric down: {line}", flush=True))
+        jobs = getattr(stopped, "jobs", None)  # what it did to the jobs (a DownResult's)
         print(f"fabric down: stopped {', '.join(stopped)}" if stopped else "fabric down: the fabric is not up here: nothing to stop")
         if stopped:
             print("fabric down: the nodes the fabric's providers started keep running (--keep-nodes)" if args.keep_nodes else
                   "fabric down: terminated the nodes the fabric's providers started (if any); Ray and joined nodes keep running")
-        return EXIT_OK
+        if jobs is not None and (stopped or not jobs.ok):  # which rule ran; on stderr when a job did not stop
+            print(f"fabric down: {jobs_line(jobs)}", file=sys.stdout if jobs.ok else sys.stderr)
+        return EXIT_OK if jobs is None or jobs.ok else EXIT_FAILED
     finally:
         ray.shutdown()

@@ -7,8 +7,9 @@ fabric. The settings of the first ``up`` stay in force (kept in the registry's s
 ``fabric.core.settings``); a later ``up`` with other explicit settings raises ``SettingsConflictError``
 rather than silently keeping the old ones, and ``up()`` without settings attaches to what runs.
 The actors restart on failure (``max_restarts=-1``) and sit on the head node through a sliver of
-Ray's head-node marker resource, never pinned to a node id. ``down()`` stops the fabric's actors
-and terminates the nodes its providers started (``down(keep_nodes=True)`` leaves those running);
+Ray's head-node marker resource, never pinned to a node id. ``down()`` stops every job that has
+not ended (``down(keep_jobs=True)`` leaves their instances running for the next ``up``), terminates
+the nodes its providers started (``down(keep_nodes=True)`` leaves those running) and stops the actors;
 Ray and the nodes that joined it stay; the registry's file stays, so a later ``up()`` on the same cluster picks up where it was
 (its first ``up`` sets the settings in force anew).
 """

@@ -89,7 +89,7 @@ def test_the_cli_passes_keep_nodes_and_says_what_it_kept(monkeypatch, capsys, fl
             pass
 
     monkeypatch.setattr(cli_lifecycle, "connect", lambda address, command: Ray())
-    monkeypatch.setattr(fabric, "down", lambda keep_nodes=False: seen.append(keep_nodes) or [REGISTRY])
+    monkeypatch.setattr(fabric, "down", lambda timeout_s=30.0, keep_nodes=False, **_: seen.append(keep_nodes) or [REGISTRY])
     assert main(["down", "--address", "127.0.0.1:1", *(["--keep-nodes"] if flag else [])]) == 0
     out = capsys.readouterr().out
     assert seen == [flag] and f"stopped {REGISTRY}" in out
