@@ -19,7 +19,9 @@ Restart: a scheduler that comes back (SIGKILL, node loss) reads the jobs core's 
 from the store; after its fleet's first sync it lists the live instances by name and hands them to
 the core (``Restarted``), which resumes the sagas by their phase, watches what lives, recovers what
 died and sweeps what no job owns. No job runs twice (instances are named, one per key, and looked
-up before anything is started), none is forgotten (the store has them all).
+up before anything is started), none is forgotten (the store has them all). A store another Ray
+cluster wrote (a cold start where a cluster that is gone kept it) is not resumed: its jobs are held
+until asked for (``actors.inherited``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any, Callable, Iterator
 
 from actors.bundle_ops import BundleOps, new_job_id
 from actors.drains import DrainRunner
+from actors.inherited import StoreCluster
 from actors.job_watch import watch_instance
 from actors.job_ports import CoreWorld, RayDrainPort, SchedulerRayDrain, SchedulerTaskCore, TaskCorePort
 from actors.migrations import SAGA_STEPS, MigrationRunner
@@ -71,7 +74,8 @@ class JobRunner:
     histories outlive a process, so they are kept in wall-clock seconds)."""
 
     def __init__(self, scheduler: Any, store: JobStore, launcher: Any, clock: Callable[[], float] = time.time, *,
-                 tasks: TaskCorePort | None = None, ray_drain: RayDrainPort | None = None) -> None:
+                 tasks: TaskCorePort | None = None, ray_drain: RayDrainPort | None = None,
+                 cluster: tuple[str | None, str] | None = None) -> None:
         self.tasks: TaskCorePort = tasks or SchedulerTaskCore(scheduler)
         """The task core: placements, slots, cordons, the fleet."""
         self.store = store
@@ -103,7 +107,10 @@ class JobRunner:
         self._flush_due = False
         """A write is due at the end of this loop turn (``persist_soon``)."""
         """Open ``batch`` blocks: writes wait for the outermost one's end."""
+        self.cluster = StoreCluster(self, cluster, clock)
+        """The running Ray cluster's stamp on the store; another cluster's jobs held (``actors.inherited``)."""
         self._load()
+        self.cluster.loaded(resume=self.tasks.settings.store.resume_inherited)
 
     @property
     def book(self) -> JobBook:
@@ -129,12 +136,14 @@ class JobRunner:
         """The job runner of a scheduler actor: its store where the settings say (``store.url``, else
         beside the registry's store), its instances launched on Ray."""
         from fabric.rayio.adapter import RayAdapter
+        from fabric.rayio.cluster_id import running_cluster
         from fabric.rayio.instances import InstanceLauncher
         from fabric.store.paths import configured_store_paths, store_paths
 
         paths = configured_store_paths(scheduler.settings) or store_paths(scheduler.settings, RayAdapter().gcs_address())
         fence = scheduler.settings.fence
-        return cls(scheduler, JobStore(paths.jobs), InstanceLauncher(lease=(fence.lease_ttl_s, fence.renew_every_s)))
+        return cls(scheduler, JobStore(paths.jobs), InstanceLauncher(lease=(fence.lease_ttl_s, fence.renew_every_s)),
+                   cluster=running_cluster())
 
     # -- the store ------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -483,6 +492,7 @@ class JobRunner:
         """Called every scheduler tick (after the fleet sync): resume once, then the core's tick."""
         if not self.resumed:
             self.resume()
+        self.cluster.touch()
         self.handle(JobsTick())
 
     def resume(self) -> None:
@@ -500,7 +510,14 @@ class JobRunner:
         wanted |= {(m.job_id, k) for m in self.core.migrations.active.values() for k in (m.source_key, m.target_key)
                    if k is not None}
         alive = frozenset(jk for jk in wanted if self.launcher.find(*jk) is not None)  # by name, one by one
-        self.handle(Restarted(alive, listed))
+        heads: frozenset[str] = frozenset()
+        head_nodes = getattr(self.launcher, "head_nodes", None)
+        if head_nodes is not None and any(jk not in alive for jk in wanted):
+            try:
+                heads = frozenset(head_nodes())
+            except Exception as exc:  # counted as any other death then
+                print(f"[fabric.jobs] reading the head nodes failed: {type(exc).__name__}: {exc}")
+        self.handle(Restarted(alive, listed, heads))
 
     def node_lost(self, node_id: str) -> None:
         self.handle(JobsNodeLost(node_id))

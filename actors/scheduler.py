@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import ray
 
+from actors.feed_stimuli import stimulus_for
 from actors.fleet_feed import FleetFeed
 from actors.jobs import RESUME_WAIT_S, JobRunner
 from actors.moves import MoveRequests
@@ -31,28 +32,13 @@ from fabric.core.placement import PlacementContext, Requirement
 from fabric.core.scheduling import messages as msg
 from fabric.core.scheduling import (
     CallsReported, Cancelled, Cordoned, DrainRequested, Expired, Instruction, LeaseEnded, LeaseGrant, LeaseRequested,
-    MarkDraining, NodeAssignment, NodeChanged, NodeJoined, NodeLost, OutsidersSeen, Placed, PlacementUnclaimed,
+    MarkDraining, NodeAssignment, NodeChanged, NodeJoined, OutsidersSeen, Placed, PlacementUnclaimed,
     PlaceRequested, ProvisionNode, SchedulerCore, TerminateNode, SelectRequested, SetCordoned, SlotsReleased, Stimulus, Tick, Uncordoned, reply,
 )
 from fabric.core.scheduling.loop_timing import TickTimes
 from fabric.core.scheduling.node_events import fleet_events
-from fabric.core.scheduling.stimuli import new_stimulus_id
 from fabric.core.settings import FabricSettings
 from fabric.rayio.metrics import MetricsExporter, MetricsSink, RayMetrics
-
-
-def stimulus_for(change: Any) -> Stimulus | None:
-    """The stimulus a fleet feed change (``FleetChange``) stands for; None for a kind it does not know.
-    It keeps the change's ``stimulus_id`` (what caused it in the registry) and ``cause`` when it has them."""
-    sid = getattr(change, "stimulus_id", None) or new_stimulus_id("feed")
-    cause = getattr(change, "cause", "") or ""
-    if change.kind == "lost":
-        return NodeLost(change.node_id, cause, stimulus_id=sid)
-    if change.kind == "joined":
-        return NodeJoined(change.record, cause, stimulus_id=sid)
-    if change.kind == "changed":
-        return NodeChanged(change.node_id, dict(change.fields), cause, stimulus_id=sid)
-    return None
 
 
 class Scheduler:
@@ -352,6 +338,11 @@ class Scheduler:
     async def job_statuses(self) -> list[Any]:
         await self._runner().resumed_by(RESUME_WAIT_S)
         return self._runner().statuses()
+
+    def inherited_store(self, resume: bool = False) -> dict[str, Any] | None:
+        """What this scheduler found of another Ray cluster's jobs in its store (``actors.inherited``;
+        None: nothing), those jobs resumed first when ``resume``."""
+        return self._runner().cluster.report(bool(resume))
 
     def job_instance(self, job_id: str) -> dict:
         return self._runner().instance(msg.read_id("job_id", job_id))

@@ -1,6 +1,8 @@
 """``fabric up [--config FILE]`` and ``fabric down``: the fabric's actors on a running Ray cluster.
 
-``up`` validates the settings file before anything else (every problem at once, one line each
+``up`` says in one line when it found the store of another Ray cluster (a head cold-started where a
+cluster that is gone kept its store): which cluster, when last seen, how many of its jobs are held;
+``--resume`` resumes them. ``up`` validates the settings file before anything else (every problem at once, one line each
 with its file, line and path, as ``fabric settings validate`` prints them; exit 2, nothing started), then connects and calls ``fabric.up``. On a fabric that
 is already up with other settings it refuses (exit 2) and names the differing fields instead of
 silently keeping the old ones; without ``--config`` it attaches to whatever runs. ``down`` stops
@@ -32,6 +34,9 @@ def add_parser(subparsers: Any) -> None:
     u.add_argument("--config", metavar="FILE", help="YAML settings (default: the settings in force, or the defaults)")
     u.add_argument("--no-scheduler", action="store_true", help="only the fleet: registry, health monitor, probes")
     u.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="how long the actors may take to come up")
+    u.add_argument("--resume", action="store_true",
+                   help="resume the jobs held from another Ray cluster's store (a head cold-started where a cluster "
+                        "that is gone kept its store: its jobs are held, not run again, unless asked)")
     u.set_defaults(func=run_up)
     down_help = ("stop every job that has not ended (waiting until each is stopped, so a later fabric up starts none "
                  "of them), then stop the fabric's actors and terminate the nodes its providers started; Ray itself "
@@ -78,7 +83,8 @@ def run_up(args: argparse.Namespace) -> int:
 
         before = _fabric_actor_names(ray)
         try:
-            fabric.up(settings, scheduler=not args.no_scheduler, timeout_s=args.timeout)
+            handle = fabric.up(settings, scheduler=not args.no_scheduler, timeout_s=args.timeout,
+                               resume=args.resume, announce=False)
         except SettingsConflictError as exc:
             print(f"fabric up: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -93,6 +99,10 @@ def run_up(args: argparse.Namespace) -> int:
             print(f"fabric up: started {', '.join(started)}{where}")
         if running:
             print(f"fabric up: already running {', '.join(running)}")
+        if handle.inherited is not None:  # the store of another cluster: its jobs held (or resumed now)
+            print(f"fabric up: {handle.inherited['line']}")
+        elif args.resume:
+            print("fabric up: --resume: no job of another cluster is held here")
         return EXIT_OK
     finally:
         ray.shutdown()

@@ -27,6 +27,12 @@ class StoreSettings(SettingsModel):
     ``~/.local/share/adaptive-fabric/clusters/<head address>/fabric.db`` on the head node
     (``$XDG_DATA_HOME`` when set), a stable per-cluster path that outlives a head restart on the
     same address (Ray's session directory would not)."""
+    resume_inherited: bool = False
+    """Resume the jobs of a store another Ray cluster wrote (a head cold-started on the address or
+    store of a cluster that is gone) when the scheduler starts. False: they are held, never placed,
+    each reason naming the old cluster (docs/head.md), until ``fabric up --resume``
+    (or ``fabric.up(resume=True)``) resumes them or they are stopped. A restart of the same cluster
+    (the scheduler's, or the head's with GCS fault tolerance) resumes every job either way."""
 
     @field_validator("url")
     @classmethod

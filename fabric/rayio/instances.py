@@ -415,6 +415,12 @@ class InstanceLauncher:
                 out.setdefault(job_id, []).append(key)
         return out
 
+    def head_nodes(self) -> frozenset[str]:
+        """The ids of the nodes Ray's node table lists as heads (alive or dead: a head that was
+        restarted left its old row dead), by the row's head flag or the head's marker resource."""
+        return frozenset(str(row["NodeID"]) for row in ray.nodes()
+                         if row.get("IsHeadNode") or names.HEAD_RESOURCE in (row.get("Resources") or {}))
+
     def kill(self, handle: Any) -> None:
         try:
             ray.kill(handle, no_restart=True)

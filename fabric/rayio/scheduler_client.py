@@ -148,6 +148,9 @@ class SchedulerClient:
     def job_instance(self, job_id: str) -> JobInstance:
         return self._answer(self._handle.job_instance.remote(job_id), None)
 
+    def inherited_store(self, resume: bool = False) -> dict[str, object] | None:
+        return self._answer(self._handle.inherited_store.remote(resume), None)
+
     def events(self, since: int = 0, kinds: list[str] | None = None, limit: int = 1000) -> list[FabricEvent]:
         return self._answer(self._handle.events.remote(since, kinds, limit), None)
 
@@ -343,6 +346,9 @@ class AsyncSchedulerClient:
 
     async def job_instance(self, job_id: str) -> JobInstance:
         return await self._handle().job_instance.remote(job_id)
+
+    async def inherited_store(self, resume: bool = False) -> dict[str, object] | None:
+        return await self._handle().inherited_store.remote(resume)
 
     async def events(self, since: int = 0, kinds: list[str] | None = None, limit: int = 1000) -> list[FabricEvent]:
         return await self._handle().events.remote(since, kinds, limit)

@@ -33,7 +33,7 @@ from fabric.core.settings import FabricSettings
 from fabric.rayio.scheduler_client import SchedulerClient
 from fabric.runtime import session as sessions
 from fabric.runtime.event_log import EventsSurface, read_kinds
-from fabric.runtime.lifecycle import bring_up, down, running_calls
+from fabric.runtime.lifecycle import bring_up, down, inherited_store, running_calls
 from fabric.runtime.moves import MovesSurface
 from fabric.runtime.spares import SparesSurface
 
@@ -46,16 +46,26 @@ def _get_actor(name: str) -> Any | None:
     return sessions.driver().get_actor(name)
 
 
-def up(settings: FabricSettings | dict[str, Any] | None = None, *, scheduler: bool = True, timeout_s: float = 60.0) -> "FabricHandle":
+def up(settings: FabricSettings | dict[str, Any] | None = None, *, scheduler: bool = True, timeout_s: float = 60.0,
+       resume: bool = False, announce: bool = True) -> "FabricHandle":
     """Get or create the fabric's actors on the connected Ray cluster (``ray.init()`` first, or this
     connects the way ``ray.init()`` does) and return a handle once the health monitor has ticked.
     ``scheduler=False`` brings up only the fleet (registry, health monitor, probes).
 
     ``settings=None`` brings the fabric up with defaults, or attaches to the running fabric with the
     settings in force. Explicit settings on a fabric already up must equal the ones in force (then
-    this is idempotent), else ``SettingsConflictError`` names the differing fields."""
+    this is idempotent), else ``SettingsConflictError`` names the differing fields.
+
+    A store another Ray cluster wrote (a head cold-started where a cluster that is gone kept its
+    store): its jobs are held, not resumed; the handle's ``inherited`` says which cluster, how long
+    ago it was last seen and which jobs (None: nothing of another cluster), and ``announce`` prints
+    its one line. ``resume=True`` resumes them (as ``store.resume_inherited`` does at the start)."""
     bring_up(settings, scheduler=scheduler, timeout_s=timeout_s)
-    return FabricHandle()
+    handle = FabricHandle()
+    handle.inherited = inherited_store(resume, timeout_s) if scheduler else None
+    if announce and handle.inherited is not None:
+        print(f"[fabric.up] {handle.inherited['line']}")
+    return handle
 
 
 class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
@@ -64,6 +74,8 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         self.timeout_s = timeout_s
+        self.inherited: dict[str, Any] | None = None
+        """What ``up`` found of another Ray cluster's jobs in the store (``fabric.runtime.lifecycle.inherited_store``)."""
 
     def _actor(self, name: str) -> Any:
         handle = _get_actor(name)

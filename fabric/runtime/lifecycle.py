@@ -37,8 +37,8 @@ from fabric.core.settings import FabricSettings
 from fabric.rayio.scheduler_client import SchedulerClient
 from fabric.runtime import session as sessions
 
-__all__ = ["DownResult", "JobsDown", "bring_up", "connected", "down", "live_list", "running_calls", "start_actor",
-           "start_reconcilers"]
+__all__ = ["DownResult", "JobsDown", "bring_up", "connected", "down", "inherited_store", "live_list", "running_calls",
+           "start_actor", "start_reconcilers"]
 
 _HEAD = {HEAD_RESOURCE: 0.001}
 SCHEDULER_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
@@ -113,6 +113,18 @@ def bring_up(settings: FabricSettings | dict | None = None, *, scheduler: bool =
     driver.get(waits, timeout_s)
     sessions.use_settings(settings, driver)
     return settings
+
+
+def inherited_store(resume: bool = False, timeout_s: float = 60.0) -> dict[str, Any] | None:
+    """What the scheduler found of another Ray cluster's jobs in its store (a cold start on the
+    store of a cluster that is gone: ``actors.inherited``), those jobs resumed first when
+    ``resume``; None when nothing (or no scheduler runs). Its ``line`` is what ``fabric up`` prints."""
+    driver = sessions.driver()
+    handle = driver.get_actor(SCHEDULER)
+    if handle is None:
+        return None
+    found = SchedulerClient(handle, lambda ref, _: driver.get(ref, timeout_s)).inherited_store(bool(resume))
+    return None if found is None else dict(found)
 
 
 def connected() -> sessions.Session:

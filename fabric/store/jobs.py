@@ -3,7 +3,10 @@
 Tables (schema version 1): ``jobs`` (one row per job: its record, and the pickled class and
 constructor arguments it is started from), ``bundles`` (one row per bundle, and its jobs' user parts),
 ``events`` (the job and bundle events, numbered, the newest ``MAX_EVENTS`` kept), ``state`` (the rest
-a restart must resume, by kind and key: node drains, reclaim notices) and ``schema_version``. The
+a restart must resume, by kind and key: node drains, reclaim notices), ``meta`` (small JSON documents
+about the store itself: ``cluster``, the Ray cluster that wrote it, first and last seen; ``inherited``,
+what a new cluster found of another's jobs; added to a schema-1 file when it is opened) and
+``schema_version``. The
 store treats records as bytes; ``fabric.store.job_rows`` makes them versioned JSON rows (user classes
 and arguments stay opaque blobs). A scheduler that restarts reads everything back from here.
 
@@ -17,11 +20,12 @@ scheduler says so (``recovered_from``).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from fabric.store import StoreError, connect_wal, open_or_move_aside
 
@@ -34,6 +38,7 @@ CREATE TABLE IF NOT EXISTS bundles (bundle_id TEXT PRIMARY KEY, record BLOB NOT 
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS state (kind TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL, PRIMARY KEY (kind, key));
 CREATE TABLE IF NOT EXISTS legacy (kind TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL, problem TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -207,6 +212,33 @@ class JobStore:
         """Rows an upgrade could not read: ``(kind, key, record, problem)``."""
         with self._lock:
             return [tuple(r) for r in self._conn.execute("SELECT kind, key, record, problem FROM legacy")]  # type: ignore[misc]
+
+    # -- meta ---------------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        """The ``meta`` document ``key`` (None when there is none, or it is not JSON)."""
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        try:
+            return None if row is None else json.loads(row[0])
+        except ValueError:
+            return None
+
+    def put_meta(self, documents: dict[str, Any]) -> None:
+        """Put ``meta`` documents in one transaction (a None value deletes its key)."""
+        rows = [(k, None if v is None else json.dumps(v)) for k, v in documents.items()]
+        with self._lock:
+            c = self._conn
+            c.execute("BEGIN")
+            try:
+                for key, value in rows:
+                    if value is None:
+                        c.execute("DELETE FROM meta WHERE key = ?", (key,))
+                    else:
+                        c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
 
     # -- events ---------------------------------------------------------------------------------------
     def append_events(self, events: Iterable[tuple[int, bytes]]) -> None:

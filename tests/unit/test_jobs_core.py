@@ -180,9 +180,9 @@ class Fleet:
         else:
             self.handle(js.InstanceEnded(job_id, key, "died"))
 
-    def restart(self) -> None:
+    def restart(self, head_nodes: frozenset[str] = frozenset()) -> None:
         """Rebuild the core from its rows (as the store keeps them) and resume it; what was in flight
-        on the old process's event loop is lost with it."""
+        on the old process's event loop is lost with it. ``head_nodes``: Ray's head nodes then."""
         old = self.core
         rows = {j.job_id: encode_job(j) for j in old.book.jobs.values()}
         sagas = [encode_migration(m) for m in list(old.migrations.finished) + list(old.migrations.active.values())]
@@ -202,7 +202,7 @@ class Fleet:
                 new.notices[node], _ = notice, new.preempting.add(node)
         self.pending.clear()
         alive = frozenset(self.live)
-        self.handle(js.Restarted(alive, alive))
+        self.handle(js.Restarted(alive, alive, head_nodes))
         assert set(new.book.jobs) == set(old.book.jobs)
 
 
@@ -276,6 +276,21 @@ def test_a_job_dying_under_a_reclaim_notice_is_not_counted_and_the_notice_surviv
     f.die("a", key)
     rec = f.core.book.job("a")
     assert rec.restarts and not rec.restarts[-1].counted
+
+
+def test_a_job_that_died_with_the_head_is_recovered_and_not_counted_and_one_elsewhere_is():
+    for heads, counted in ((frozenset({"n1"}), False), (frozenset({"n2"}), True)):
+        f = Fleet()
+        f.handle(js.JobSubmitted("a", SPEC))
+        f.handle(js.PlacementsDue())
+        _settle(f)
+        key = next(k for (j, k) in f.live if j == "a")
+        assert f.live[("a", key)] == "n1"
+        f.live.pop(("a", key))  # gone while the scheduler was away (the head went down with it, or not)
+        f.restart(head_nodes=heads)
+        rec = f.core.book.job("a")
+        assert rec.state == JobState.RECOVERING and [r.counted for r in rec.restarts] == [counted]
+        assert ("head node" in rec.reason) is not counted
 
 
 def test_a_job_on_a_node_the_fleet_lost_but_that_still_runs_it_is_killed_before_it_runs_elsewhere():

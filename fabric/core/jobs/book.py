@@ -179,6 +179,11 @@ class JobBook:
         return [JobEvent("job_state", {"job_id": rec.job_id, "from": frm.value, "to": to.value, "reason": reason,
                                        "bundle_id": rec.bundle_id})]
 
+    def move(self, rec: JobRecord, to: JobState, now: float, reason: str = "") -> list[Instruction]:
+        """Move ``rec`` to ``to`` (as the table allows), for a decision made beside the book: the
+        jobs a new Ray cluster holds of another's store (``fabric.core.jobs.inherit``)."""
+        return self._move(rec, to, now, reason)
+
     def add(self, job_id: str, spec: JobSpec, now: float, *, bundle_id: str | None = None, replica: int = 0,
             dormant: bool = False) -> list[Instruction]:
         """A new job: placed by the next ``due`` unless dormant (its first placement uses the launch

@@ -333,7 +333,7 @@ class JobsCore(JobsState):
     def _restarted(self, s: js.Restarted, now: float) -> list[Any]:
         """The state read back goes on: sagas by their phase first; then each bound instance found
         alive is watched again and its slot reserved anew, one that died meanwhile is recovered by
-        its policy (not counted under a reclaim notice); a job stopping is stopped; instances bound
+        its policy (not counted under a reclaim notice, nor when it died with a head node); a job stopping is stopped; instances bound
         to no job and no saga are killed (no job ever runs twice); drains in progress go on."""
         self.resumed = True
         self.leases.restarted(now, [r.binding.instance_key for r in self.book.bound() if r.binding is not None]
@@ -353,6 +353,9 @@ class JobsCore(JobsState):
                 out.append(StopInstance(rec.job_id, b, graceful=False))
             elif rec.job_id in owned:
                 continue
+            elif (rec.job_id, b.instance_key) not in s.alive and b.node_id in s.head_nodes:
+                out += self.book.died(rec.job_id, b.instance_key, now, preempted=True,
+                                      reason="instance gone with the head node (the fabric's control plane failed, not the job)")
             elif (rec.job_id, b.instance_key) not in s.alive:
                 out += self.book.died(rec.job_id, b.instance_key, now, reason="instance gone while the scheduler was away",
                                       preempted=b.node_id in self.preempting)

@@ -229,10 +229,13 @@ class JobsTick(Stimulus):
 class Restarted(Stimulus):
     """A restarted scheduler read the state back and looked every instance up by name: ``alive``
     holds ``(job id, instance key)`` of each one found (``listed``: whether the whole listing was
-    read, so instances bound to nothing may be swept)."""
+    read, so instances bound to nothing may be swept); ``head_nodes``: the ids of Ray's head nodes,
+    alive or dead (an instance that died with a head died with the fabric's control plane, not by
+    its own fault: recovered by its policy, not counted against its restart ceiling)."""
 
     alive: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     listed: frozenset[tuple[str, str]] | None = None
+    head_nodes: frozenset[str] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True)
