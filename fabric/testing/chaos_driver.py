@@ -11,8 +11,14 @@ fleet's token in its environment). It attaches to the running fabric and prints 
   its start in LOG), while every 0.25 s one line of the registry's view of node VICTIM (by name)
   goes to MONITOR; once the file STOP exists, collect the calls and print what came of them, with
   the jobs' events meanwhile;
+- ``instances JOB_ID...``: ``{job id: {"state", "actor", "pid", "node", "key", "restarts"}}`` of each
+  job's running instance (its Ray actor id and worker pid: the same instance or not, after a head restart);
 - ``scheduler-pid``: ``{"pid": ...}`` of the scheduler actor's process (on the head);
 - ``stop JOB_ID...``: stop the jobs.
+
+``--node-ip IP`` before the command attaches the driver to the raylet at IP (``ray.init``'s
+``_node_ip_address``): on one machine's loopback, where several nodes share a network stack, a driver
+that must outlive the head (``fabric.testing.head_fleet``) attaches to a worker node that way.
 """
 
 from __future__ import annotations
@@ -32,9 +38,18 @@ RESULT = "chaos-result: "
 """The prefix of the one line that holds the answer (Ray may print its workers' lines too)."""
 
 
+NODE_IP: str | None = None
+"""``--node-ip``: the raylet this driver attaches to (None: the one Ray finds for this host)."""
+
+
 def _attach() -> Any:
     import fabric
 
+    if NODE_IP is not None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address="auto", _node_ip_address=NODE_IP, log_to_driver=False)
     return fabric.up()
 
 
@@ -108,6 +123,27 @@ def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victi
             "active_named_victim": sum(1 for r in handle.records(["active"]) if r.name == victim)}
 
 
+def instances(job_ids: list[str]) -> dict[str, Any]:
+    import os
+
+    import ray
+
+    from fabric import JobHandle
+
+    _attach()
+    out: dict[str, Any] = {}
+    for job_id in job_ids:
+        status = JobHandle(job_id).status()
+        row: dict[str, Any] = {"state": status.state.value, "key": status.instance_key, "node": status.node_id,
+                               "restarts": status.restarts_last_hour, "actor": None, "pid": None}
+        if status.state.value == "running":
+            actor = JobHandle(job_id).instance_actor()
+            row["actor"] = actor._actor_id.hex()
+            row["pid"] = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
+        out[job_id] = row
+    return out
+
+
 def scheduler_pid() -> dict[str, Any]:
     import ray
 
@@ -131,7 +167,9 @@ def result_of(stdout: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global NODE_IP
     p = argparse.ArgumentParser(prog="python -m fabric.testing.chaos_driver")
+    p.add_argument("--node-ip", metavar="IP", help="attach to the raylet at IP (one machine's loopback)")
     sub = p.add_subparsers(dest="command", required=True)
     j = sub.add_parser("jobs")
     j.add_argument("out_dir")
@@ -144,14 +182,19 @@ def main(argv: list[str] | None = None) -> int:
         ld.add_argument(name, type=int if name == "calls" else float if name == "duration_s" else str)
     s = sub.add_parser("stop")
     s.add_argument("job_ids", nargs="+")
+    i = sub.add_parser("instances")
+    i.add_argument("job_ids", nargs="+")
     sub.add_parser("scheduler-pid")
     args = p.parse_args(argv)
+    NODE_IP = args.node_ip
     if args.command == "jobs":
         out = jobs(args.out_dir, args.n, args.period_ms)
     elif args.command == "where":
         out = where(args.job_ids)
     elif args.command == "load":
         out = load(args.log, args.calls, args.duration_s, args.monitor, args.stop, args.victim)
+    elif args.command == "instances":
+        out = instances(args.job_ids)
     elif args.command == "scheduler-pid":
         out = scheduler_pid()
     else:

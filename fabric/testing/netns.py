@@ -190,6 +190,8 @@ class NetnsFleet:
         self.port = port
         self.hosts: dict[str, NetnsHost] = {}
         self.head: NetnsHost | None = None
+        self._head_argv: list[str] = []
+        """The head's ``fabric start-head`` command line, for ``restart_head``."""
         self.names = Names(secrets.token_hex(3))
         self.record: RunRecord | None = None
         self.subnet: ipaddress.IPv4Network | None = None
@@ -311,16 +313,43 @@ class NetnsFleet:
         return proc
 
     def start_head(self, name: str, *, profile: str = "cpu-only-box", slots: int | None = 1,
-                   ray_args: Sequence[str] = (), timeout_s: float = 60.0) -> NetnsHost:
-        """Run ``fabric start-head ... -- --block`` in host ``name``'s namespace (made if new) and
-        wait until its GCS accepts TCP from the root namespace (``NetnsError`` with its log if not)."""
+                   ray_args: Sequence[str] = (), head_flags: Sequence[str] = (), timeout_s: float = 60.0) -> NetnsHost:
+        """Run ``fabric start-head [HEAD_FLAGS] ... -- --block`` in host ``name``'s namespace (made if
+        new) and wait until its GCS accepts TCP from the root namespace (``NetnsError`` with its log
+        if not)."""
         if self.head is not None:
             raise NetnsError(f"the fleet already has a head ({self.head.name})")
         host = self.add_host(name)
         argv = head_argv(_fabric_command(), name=name, address=host.address, port=self.port, profile=profile,
                          temp_dir=str(host.temp_dir), slots=slots, system_config=self.system_config, ray_args=ray_args)
+        argv[len(_fabric_command()) + 1:len(_fabric_command()) + 1] = list(head_flags)
+        self._head_argv = argv
         self._spawn(host, argv)
         host.role, self.head = "head", host
+        self._wait_gcs(host, timeout_s)
+        return host
+
+    def crash(self, name: str) -> list[int]:
+        """SIGKILL every process host ``name`` runs, all at once, with no grace (a machine that
+        lost its power); the pids killed. Its folders (state, Ray's temp dir) stay."""
+        host = self.hosts[name]
+        killed = kill_namespace_pids(host.namespace)
+        if host.proc is not None:
+            try:
+                host.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        return killed
+
+    def restart_head(self, timeout_s: float = 90.0) -> NetnsHost:
+        """Run the head's ``fabric start-head`` again, as it was first run (same address, port,
+        temp dir and state), after a ``crash``; wait for its GCS as ``start_head`` does."""
+        host = self.head
+        if host is None or not self._head_argv:
+            raise NetnsError("no head was started")
+        if host.proc is not None and host.proc.poll() is None:
+            raise NetnsError(f"the head {host.name} still runs (pid {host.proc.pid})")
+        self._spawn(host, list(self._head_argv))
         self._wait_gcs(host, timeout_s)
         return host
 
