@@ -29,6 +29,7 @@ ray = pytest.importorskip("ray")
 from fabric import Bundle, BundleJob, JobState, adaptive  # noqa: E402
 from fabric.core.names import NAMESPACE, job_actor_name  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.netns_net import pid_alive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -65,14 +66,6 @@ def lf():
         yield fabric_
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def ticks(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
@@ -94,13 +87,13 @@ def test_down_stops_every_job_and_a_new_up_starts_none(lf, tmp_path):
                                                                                     args=(str(bundled_out),))]))
     bundled = next(iter(status.jobs.values()))
     pids = {plain.job_id: running(lf, plain_out, plain.job_id), bundled: running(lf, bundled_out, bundled)}
-    assert all(alive(p) for p in pids.values())
+    assert all(pid_alive(p) for p in pids.values())
 
     stopped = fabric.down()
     assert "fabric.scheduler" in stopped
     assert not stopped.jobs.kept and not stopped.jobs.not_stopped and not stopped.jobs.error, stopped.jobs
     assert len(stopped.jobs.stopped) == 2 and all(any(j in s for s in stopped.jobs.stopped) for j in pids)
-    lf.wait_until(lambda: not any(alive(p) for p in pids.values()), "the instances' processes to end", timeout_s=30)
+    lf.wait_until(lambda: not any(pid_alive(p) for p in pids.values()), "the instances' processes to end", timeout_s=30)
     seen = (ticks(plain_out), ticks(bundled_out))
     time.sleep(STILL_S)
     assert (ticks(plain_out), ticks(bundled_out)) == seen  # nothing writes any more
@@ -123,7 +116,7 @@ def test_keep_jobs_leaves_the_instance_running_for_the_next_up_to_re_adopt(lf, t
     try:
         stopped = fabric.down(keep_jobs=True)
         assert "fabric.scheduler" in stopped and stopped.jobs.kept and stopped.jobs.lease_ttl_s == 30.0, stopped.jobs
-        assert alive(pid)
+        assert pid_alive(pid)
         before = ticks(out)
         lf.wait_until(lambda: ticks(out) > before, "the kept instance still writing", timeout_s=30)
 
@@ -134,7 +127,7 @@ def test_keep_jobs_leaves_the_instance_running_for_the_next_up_to_re_adopt(lf, t
         assert JobState.RECOVERING.value not in [h[1] for h in s.history], s.history
         assert ray.get_actor(job_actor_name(job.job_id, key), namespace=NAMESPACE)._actor_id.hex() == actor_id
         again = handle.job_handle(job.job_id)
-        assert again.result(again.pid.remote(), timeout_s=60) == pid and alive(pid)
+        assert again.result(again.pid.remote(), timeout_s=60) == pid and pid_alive(pid)
     finally:
         job.stop(timeout_s=60)
 
@@ -153,7 +146,7 @@ def test_the_cli_says_which_rule_ran(lf, tmp_path):
     kept = fabric_cli("down", "--address", lf.address, "--keep-jobs")
     assert kept.returncode == 0, kept.stderr[-2000:]
     assert "jobs: kept running for the next fabric up (their leases last 30 s without the scheduler)" in kept.stdout
-    assert alive(pid)
+    assert pid_alive(pid)
     handle = fabric.up(SETTINGS, timeout_s=90)
     lf.wait_until(lambda: handle.job(job.job_id).state == JobState.RUNNING, "the job re-adopted", timeout_s=60)
 
@@ -162,7 +155,7 @@ def test_the_cli_says_which_rule_ran(lf, tmp_path):
     lines = down.stdout.splitlines()
     assert lines[:2] == ["fabric down: stopping 1 job...", "fabric down: stopped 1 job"], down.stdout
     assert "fabric down: jobs: stopped 1" in lines, down.stdout
-    lf.wait_until(lambda: not alive(pid), "the instance's process to end", timeout_s=30)
+    lf.wait_until(lambda: not pid_alive(pid), "the instance's process to end", timeout_s=30)
     handle = fabric.up(SETTINGS, timeout_s=90)  # up again for the harness's own teardown
     assert handle.job(job.job_id).state == JobState.STOPPED
 

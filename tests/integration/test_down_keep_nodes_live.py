@@ -19,6 +19,7 @@ ray = pytest.importorskip("ray")
 
 from fabric.core.names import NAMESPACE, SCHEDULER  # noqa: E402
 from fabric.testing import FAST_FENCE, LocalFabric  # noqa: E402
+from fabric.testing.netns_net import pid_alive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -42,14 +43,6 @@ def lf():
         yield fabric_
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def pids_of(lf) -> dict[str, int]:
     """Instance id -> the pid of its ``ray start``, from the provider's pid files."""
     folder = next(lf.store_root().glob("**/providers/local"))
@@ -70,7 +63,7 @@ def test_keep_nodes_leaves_the_provider_node_running_for_the_next_up_and_down_te
     lf.wait_until(lambda: instance in {n.instance_id for n in lf.handle.nodes(["active"])}, "the provisioned node registered",
                   timeout_s=180)
     pid = pids_of(lf)[instance]
-    assert alive(pid)
+    assert pid_alive(pid)
     parent = ray.get(sched.pid.remote(), timeout=30)  # the scheduler's process: the node's ray start is its child
 
     out = fabric_cli("down", "--address", lf.address, "--keep-nodes")
@@ -78,8 +71,8 @@ def test_keep_nodes_leaves_the_provider_node_running_for_the_next_up_and_down_te
     assert "fabric.scheduler" in out.stdout and "keep running (--keep-nodes)" in out.stdout
     with pytest.raises(ValueError):
         ray.get_actor(SCHEDULER, namespace=NAMESPACE)  # the actors stopped
-    lf.wait_until(lambda: not alive(parent), "the scheduler's process to end", timeout_s=60)
-    assert alive(pid), "the provisioned node did not outlive fabric down --keep-nodes"
+    lf.wait_until(lambda: not pid_alive(parent), "the scheduler's process to end", timeout_s=60)
+    assert pid_alive(pid), "the provisioned node did not outlive fabric down --keep-nodes"
 
     handle = fabric.up(SETTINGS, timeout_s=90)  # the new scheduler adopts it from the store
     view = handle.provisions()
@@ -89,5 +82,5 @@ def test_keep_nodes_leaves_the_provider_node_running_for_the_next_up_and_down_te
     out = fabric_cli("down", "--address", lf.address)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "terminated the nodes the fabric's providers started" in out.stdout
-    assert not alive(pid), "the provisioned node outlived fabric down"
+    assert not pid_alive(pid), "the provisioned node outlived fabric down"
     fabric.up(SETTINGS, timeout_s=90)  # up again for the harness's own teardown

@@ -25,6 +25,7 @@ import fabric  # noqa: E402
 from fabric import adaptive  # noqa: E402
 from fabric.core.names import NAMESPACE, SCHEDULER  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.netns_net import pid_alive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -69,14 +70,6 @@ def provision(n: int) -> list[dict]:
     return [ray.get(sched.provision_node.remote("local", SHAPE, "default", "burst", False), timeout=180) for _ in range(n)]
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def pids_of(lf) -> dict[str, int]:
     """Instance id -> the pid of its ``ray start``, from the provider's pid files."""
     folder = next(lf.store_root().glob("**/providers/local"))
@@ -92,15 +85,15 @@ def test_scale_down_after_a_restart_terminates_the_two_nodes_the_old_scheduler_p
     lf.wait_until(lambda: {n.instance_id for n in lf.handle.nodes(["active"])} >= ids, "both nodes registered",
                   timeout_s=180)
     pids = pids_of(lf)
-    assert set(pids) == ids and all(alive(p) for p in pids.values())
+    assert set(pids) == ids and all(pid_alive(p) for p in pids.values())
     kill_scheduler(lf)
     view = lf.handle.provisions()
     assert {i["instance_id"] for i in view["instances"]} == ids, view["instances"]  # adopted, both
     assert [e for e in view["log"] if e["kind"] == "instance_adopted"]
-    assert all(alive(p) for p in pids.values())  # nothing was terminated by the restart itself
+    assert all(pid_alive(p) for p in pids.values())  # nothing was terminated by the restart itself
     open(gate, "w").close()  # idle now: the scaling window runs on the new scheduler
     assert ray.get(busy, timeout=60) == "done"
-    lf.wait_until(lambda: not any(alive(p) for p in pids.values()), "both provisioned nodes terminated", timeout_s=120)
+    lf.wait_until(lambda: not any(pid_alive(p) for p in pids.values()), "both provisioned nodes terminated", timeout_s=120)
     view = lf.handle.provisions()
     assert not view["instances"] and {e["instance_id"] for e in view["log"] if e["kind"] == "node_terminated"} >= ids
     assert [e for e in lf.handle.job_events(kinds=["scale_down"]) if e["data"]["instance_id"] in ids]
@@ -117,5 +110,5 @@ def test_fabric_down_after_a_restart_leaves_no_child_of_the_provider_behind(lf, 
     open(gate, "w").close()
     ray.get(busy, timeout=60)
     fabric.down()  # the fabric's own down, before the harness's sweep of pid files
-    assert not alive(pid), "the provisioned node outlived fabric down"
+    assert not pid_alive(pid), "the provisioned node outlived fabric down"
     assert not pids_of(lf)
