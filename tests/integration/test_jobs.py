@@ -29,7 +29,10 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 PROFILES = ["cpu-only-box", "steamdeck-apu", "gpu-cuda-workstation"]
 SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "monitor_interval_s": 0.25,
                        "join_timeout_s": 60.0, "reprobe_interval_s": 600.0, "flap_toggles": 50},
-            "failure": {"min_recovery_interval_s": 0.5}}
+            "failure": {"min_recovery_interval_s": 0.5},
+            # a lease well past a scheduler restart on a loaded 2-core machine (2.5-5.5 s seen): the
+            # local fleet's 4 s default let live instances end themselves while it came back
+            "fence": {"lease_ttl_s": 15.0, "renew_every_s": 1.0, "margin_s": 0.5}}
 
 
 @adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60)
