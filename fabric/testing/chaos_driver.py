@@ -117,7 +117,7 @@ def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victi
     moves = [{"at": e["at"], "kind": e["kind"], **{k: e["data"].get(k) for k in ("job_id", "node_id", "reason", "to", "wait_s")
                                                     if k in e["data"]}}
              for e in handle.events(since=since, limit=1000) if e["kind"].startswith("job_")]
-    return {"accepted": work.submitted, "completed": sorted(completed), "failed": failed, "refused": work.refused,
+    return {"accepted": work.submitted, "completed": sorted(completed), "failed": failed, "refused": work.refused, "refusals": work.refusals,
             "records_before": sorted(before), "records_after": sorted({r.node_id for r in records}),
             "tiers": {r.node_id: r.labels.get(TIER_LABEL, "") for r in records}, "job_events": moves,
             "active_named_victim": sum(1 for r in handle.records(["active"]) if r.name == victim)}

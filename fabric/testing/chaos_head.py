@@ -7,11 +7,13 @@ its end. Calls sent during the outage wait, or fail with a typed error (``failur
 none may be lost. The answer has the chaos JSON keys:
 
 - ``lost``, ``below_floor`` (a call on the head: tier relay), ``calls_run_twice``, ``records_lost``,
-  ``calls``, ``completed``, ``refused``, ``failures`` (``fabric.testing.chaos.score``);
+  ``calls``, ``completed``, ``refused``, ``failures`` (``fabric.testing.chaos.score``), ``refusals``
+  (the refused calls by their error's class);
 - ``job_duplicates`` / ``job_gap_ms``: ticks two instances of a job wrote, and the longest run of
   ticks no instance wrote (``fabric.testing.counter_report.analyze``);
 - ``recovery_s``: from the kill until the fabric placed again: the first call sent after the kill
   that started and was answered; ``outage_s``: the kill until the restart command returned;
+  ``cut_at``: when the kill began (epoch seconds);
 - ``same_instances``: ``"k/n"``, the jobs whose Ray actor id and worker pid did not change, with
   ``job_restarts`` (before, after) and ``jobs_running`` after;
 - ``recovered``: the restart's own line (``recovered the cluster ... N of N worker nodes came back``).
@@ -115,7 +117,8 @@ def head_restart(fleet: HeadFleet, jobs: list[str], ticks: Path, work: Path, t: 
             "job_duplicates": ticked["duplicates"], "job_gap_ms": ticked["gap_ms"], "records_lost": outcome.records_lost,
             "recovery_s": round(placed[0] - cut_at, 2) if placed else None, "outage_s": round(healed_at - cut_at, 2),
             "same_instances": f"{len(same)}/{len(jobs)}", "calls": outcome.calls, "completed": outcome.completed,
-            "refused": outcome.refused, "failures": outcome.failures,
+            "refused": outcome.refused, "failures": outcome.failures, "refusals": result.get("refusals", {}),
+            "cut_at": round(cut_at, 3),
             "placed_during_outage": sum(1 for r in runs if cut_at <= r.start < healed_at),
             "job_restarts": {j: [before.get(j, {}).get("restarts"), after.get(j, {}).get("restarts")] for j in jobs},
             "jobs_running": sum(1 for j in jobs if after.get(j, {}).get("state") == "running"),

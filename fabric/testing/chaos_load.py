@@ -34,6 +34,8 @@ class Load:
         self.submitted: dict[str, float] = {}
         """Call id -> when it was handed to ``.remote()`` (epoch seconds, like the run log)."""
         self.refused = 0
+        self.refusals: dict[str, int] = {}
+        """The refused calls by the error's class name (typed at once: nothing was accepted)."""
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -44,8 +46,10 @@ class Load:
                 at = time.time()
                 self.accepted[call_id] = self.fn.remote(call_id, self.log, self.seconds)
                 self.submitted[call_id] = at
-            except Exception:  # typed, at once: the caller knows; nothing was accepted
+            except Exception as exc:  # typed, at once: the caller knows; nothing was accepted
                 self.refused += 1
+                kind = type(exc).__name__
+                self.refusals[kind] = self.refusals.get(kind, 0) + 1
             delay = t0 + (i + 1) * self.pace - time.monotonic()
             if delay > 0:
                 time.sleep(delay)

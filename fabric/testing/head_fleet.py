@@ -90,6 +90,8 @@ class HeadFleet:
         self.workers: list[str] = []
         """The joined nodes' names, in join order (``w1``, ``w2``, ...)."""
         self.drivers: list[subprocess.Popen[str]] = []
+        self.outputs: list[str] = []
+        """What each ``start-head`` printed, in order (the first start, then each restart)."""
         self.started = False
 
     # -- where things are --------------------------------------------------------------------------------
@@ -171,8 +173,10 @@ class HeadFleet:
         return out
 
     def start_head(self) -> str:
-        """Run the head's ``fabric start-head``; its output."""
-        return self.fabric(*self.head_args)
+        """Run the head's ``fabric start-head``; its output (kept in ``outputs``)."""
+        out = self.fabric(*self.head_args)
+        self.outputs.append(out)
+        return out
 
     def join(self, profile: str = "cpu-only-box", cpus: int | None = None, slots: int = 4) -> str:
         """Join one more worker (``w<n>`` on the next loopback address) with ``slots`` concurrent
