@@ -8,7 +8,12 @@
 Every scenario sends ``--calls`` calls over ``--duration`` seconds from a thread while the fault
 hits (the fabric's scheduler, registry or health monitor SIGKILLed; one node, two nodes killed;
 a partition: a node's ProbeActor SIGSTOPped while Ray still runs it; a node flapping until it is
-held; a node demoted by a re-probe; a head restarted on the same store; a 20,000-call burst).
+held; a node demoted by a re-probe; a 20,000-call burst).
+The head restarts run on clusters of their own: ``head_restart_cold`` stops a fleet with no GCS
+fault tolerance and starts a new cluster on the same store; ``head_restart_embedded`` and
+``head_restart_redis`` SIGKILL every process of a ``fabric start-head`` head (GCS fault tolerance on
+the embedded store, or on a private Redis) mid-burst, with four jobs on two joined workers, and run
+the same command again (``fabric.testing.chaos_head``: the same instances, job ticks, calls).
 Each call appends a line to a run log when it starts, so the figures come from what ran:
 calls, completed, lost, refused, run more than once, run below their floor or on an excluded
 node, seconds until the fabric placed again (a call of a fresh class, which needs the
@@ -40,6 +45,7 @@ from fabric import adaptive  # noqa: E402
 from probes.profiles import profile_path  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 from fabric.testing.chaos import Exclusion, Outcome, read_run_log, score  # noqa: E402
+from fabric.testing.chaos_head import summary  # noqa: E402
 from fabric.testing.chaos_load import Load, started  # noqa: E402
 from fabric.testing.chaos_netns import NETNS_SCENARIOS  # noqa: E402
 from fabric.core import names  # noqa: E402
@@ -51,7 +57,13 @@ SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "dra
                        "monitor_interval_s": TICK_S, "join_timeout_s": 60.0, "reprobe_interval_s": 600.0,
                        "flap_toggles": 3, "flap_window_s": 20.0, "flap_hold_s": 15.0}}
 SCENARIOS = ("scheduler_sigkill", "registry_sigkill", "health_sigkill", "node_kill_one", "node_kill_two", "partition",
-             "flapping", "demoted", "burst_20000", "head_restart")
+             "flapping", "demoted", "burst_20000", "head_restart_cold", "head_restart_embedded", "head_restart_redis")
+HEAD_FT = {"head_restart_embedded": "embedded", "head_restart_redis": "redis"}
+"""The head restarts with GCS fault tolerance, by their backend (``fabric.testing.head_fleet``)."""
+HEAD_SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 5.0, "monitor_interval_s": TICK_S,
+                            "join_timeout_s": 90.0},
+                 "fence": {"lease_ttl_s": 60.0, "renew_every_s": 2.0, "margin_s": 1.0}}
+"""A head restart's fleet: the jobs' leases outlast the outage (the head down, its GCS and the actors back)."""
 
 
 APU_DOWN = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg", name="chaos")(started)
@@ -241,8 +253,9 @@ def no_fault(fleet: Fleet):
     return Fault(time.time(), nothing_to_recover=True)
 
 
-# -- the head restart runs on clusters of its own ------------------------------------------------------------
-def head_restart(work: Path, n: int, duration_s: float) -> Outcome:
+# -- the head restarts run on clusters of their own --------------------------------------------------------
+def head_restart_cold(work: Path, n: int, duration_s: float) -> Outcome:
+    """No GCS fault tolerance: the fleet stops and a new cluster starts on the same store."""
     settings = {**SETTINGS, "store": {"path": str(work / "restart" / "fabric.db")}}
     nodes = ["cpu-only-box", "arm64-board"]
     with LocalFabric(nodes, settings=settings, max_slots=2, timeout_s=120) as first:
@@ -252,14 +265,38 @@ def head_restart(work: Path, n: int, duration_s: float) -> Outcome:
     with LocalFabric(nodes, settings=settings, max_slots=2, timeout_s=120) as second:
         fleet = Fleet(second, work)
         recovery = fleet.time_to_place(at)
-        log = work / "head_restart.log"
+        log = work / "head_restart_cold.log"
         load = Load(APU_DOWN, log, n, duration_s).start()
         done, failed = load.collect(timeout_s=300)
         after = fleet.records()
-        return score("head_restart", accepted=load.submitted, completed=done, failed=failed, refused=load.refused,
+        return score("head_restart_cold", accepted=load.submitted, completed=done, failed=failed, refused=load.refused,
                      runs=read_run_log(log), below_floor=lambda r: fleet.tier_of(r.node_id) < ComputeTier.CPU_FFMPEG,
                      recovery_s=recovery, records_before=before, records_after=after,
                      note="calls sent after the new head is up; recovery_s counts from the old head's stop")
+
+
+def head_restart_ft(name: str, work: Path, n: int, duration_s: float, say: Callable[[str], None]) -> dict:
+    """``name`` (``HEAD_FT``) on a ``HeadFleet`` of a head and two workers: four jobs, two on each
+    worker, and ``n`` calls over at least 18 s; the chaos JSON of ``fabric.testing.chaos_head``."""
+    from fabric.testing.chaos_head import HeadRestart, head_restart
+    from fabric.testing.head_fleet import HeadFleet
+    from fabric.testing.redis import redis_problem
+
+    backend = HEAD_FT[name]
+    if backend == "redis" and redis_problem():
+        raise SystemExit(f"{name}: {redis_problem()}")
+    with HeadFleet(backend, workers=2, say=say) as fleet:
+        fleet.up(HEAD_SETTINGS)
+        ticks = work / name / "ticks"
+        jobs = fleet.driver("jobs", str(ticks), "4", "50", "--spread", ",".join(fleet.workers))["jobs"]
+        t = HeadRestart(calls=n, load_s=max(duration_s, 18.0))
+        return head_restart(fleet, jobs, ticks, work / name / "run", t, name=name)
+
+
+def head_ft_clean(doc: dict) -> bool:
+    jobs = doc["same_instances"].split("/")
+    return (doc["lost"] == 0 and doc["below_floor"] == 0 and doc["calls_run_twice"] == 0 and doc["job_duplicates"] == 0
+            and doc["records_lost"] == 0 and jobs[0] == jobs[1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     args.duration = 10.0 if args.duration is None else args.duration
     work = Path(tempfile.mkdtemp(prefix="fabric-chaos-"))
     outcomes: list[Outcome] = []
+    heads: dict[str, dict] = {}
     try:
-        fleet_scenarios = [s for s in wanted if s != "head_restart"]
+        fleet_scenarios = [s for s in wanted if not s.startswith("head_restart")]
         if fleet_scenarios:
             fragile = work / "fragile-gpu"
             shutil.copytree(profile_path("gpu-cuda-workstation"), fragile)
@@ -325,10 +363,14 @@ def main(argv: list[str] | None = None) -> int:
                     console.print(f"==> {name}")
                     outcomes.append(faults[name]())
                     console.print(f"    {json.dumps(outcomes[-1].as_json())}")
-        if "head_restart" in wanted:
-            console.print("==> head_restart")
-            outcomes.append(head_restart(work, args.calls, args.duration))
+        if "head_restart_cold" in wanted:
+            console.print("==> head_restart_cold")
+            outcomes.append(head_restart_cold(work, args.calls, args.duration))
             console.print(f"    {json.dumps(outcomes[-1].as_json())}")
+        for name in (s for s in wanted if s in HEAD_FT):
+            console.print(f"==> {name}")
+            heads[name] = head_restart_ft(name, work, args.calls, args.duration, say=lambda line: console.print(f"    {line}"))
+            console.print(f"    {summary(heads[name])}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     table = Table(title="chaos scenarios", show_lines=False)
@@ -337,10 +379,27 @@ def main(argv: list[str] | None = None) -> int:
     for o in outcomes:
         table.add_row(o.name, str(o.calls), str(o.completed), str(o.lost), str(o.refused), str(o.duplicates), str(o.below_floor),
                       str(o.on_excluded), "-" if o.recovery_s is None else f"{o.recovery_s:.2f}", str(o.records_lost))
-    console.print(table)
+    if outcomes or not heads:
+        console.print(table)
+    if heads:
+        console.print(head_table(heads))
     if args.json:
-        print(json.dumps({"scenarios": {o.name: o.as_json() for o in outcomes}}))
-    return 0 if all(o.clean for o in outcomes) else 1
+        print(json.dumps({"scenarios": {**{o.name: o.as_json() for o in outcomes}, **heads}}))
+    return 0 if all(o.clean for o in outcomes) and all(head_ft_clean(d) for d in heads.values()) else 1
+
+
+def head_table(heads: dict[str, dict]):
+    from rich.table import Table
+
+    table = Table(title="head restarts (GCS fault tolerance)")
+    cols = ("lost", "below_floor", "calls_run_twice", "job_duplicates", "job_gap_ms", "records_lost", "recovery_s",
+            "outage_s", "same_instances", "refused")
+    table.add_column("scenario")
+    for col in cols:
+        table.add_column(col.replace("_", " "), justify="right")
+    for name, d in heads.items():
+        table.add_row(name, *("-" if d[c] is None else str(d[c]) for c in cols))
+    return table
 
 
 def netns_main(args: argparse.Namespace, wanted: list[str], console) -> int:

@@ -61,19 +61,43 @@ def _registry_view(handle: Any, victim: str) -> dict[str, Any]:
         return {"t": time.time(), "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 
 
-def jobs(out_dir: str, n: int, period_ms: float) -> dict[str, Any]:
+def jobs(out_dir: str, n: int, period_ms: float, spread: list[str] | None = None) -> dict[str, Any]:
+    """``n`` counter jobs; with ``spread`` (node names), in turn on each of those nodes (the others
+    cordoned while one is placed, every one uncordoned after)."""
     from fabric import adaptive
     from fabric.testing.counter import CounterJob
 
-    _attach()
+    handle = _attach()
+    nodes = [_active_node(handle, name) for name in spread or []]
     job = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, name="chaos-counter",
                           max_restarts_per_hour=1000, call_timeout_s=120)(CounterJob)
     ids = []
-    for i in range(n):
-        folder = Path(out_dir) / f"job-{i}"
-        folder.mkdir(parents=True, exist_ok=True)
-        ids.append(job.remote(str(folder), period_ms).wait_running(180).job_id)
+    try:
+        for i in range(n):
+            folder = Path(out_dir) / f"job-{i}"
+            folder.mkdir(parents=True, exist_ok=True)
+            if nodes:
+                here = nodes[i * len(nodes) // n]
+                for node in nodes:
+                    (handle.uncordon if node == here else handle.cordon)(node)
+            ids.append(job.remote(str(folder), period_ms).wait_running(180).job_id)
+    finally:
+        for node in nodes:
+            handle.uncordon(node)
     return {"jobs": ids}
+
+
+def _active_node(handle: Any, name: str, timeout_s: float = 120.0) -> str:
+    """The node id of the active node named ``name`` (waited for: a node that just joined
+    registers within seconds)."""
+    deadline = time.time() + timeout_s
+    while True:
+        found = [r.node_id for r in handle.records(["active"]) if r.name == name]
+        if found:
+            return found[0]
+        if time.time() > deadline:
+            raise SystemExit(f"no active node named {name!r}: {[(r.name, r.status.value) for r in handle.records()]}")
+        time.sleep(0.25)
 
 
 def where(job_ids: list[str]) -> dict[str, Any]:
@@ -175,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("out_dir")
     j.add_argument("n", type=int)
     j.add_argument("period_ms", type=float)
+    j.add_argument("--spread", metavar="NAMES", help="comma-separated node names: the jobs placed in turn on each")
     w = sub.add_parser("where")
     w.add_argument("job_ids", nargs="+")
     ld = sub.add_parser("load")
@@ -188,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     NODE_IP = args.node_ip
     if args.command == "jobs":
-        out = jobs(args.out_dir, args.n, args.period_ms)
+        out = jobs(args.out_dir, args.n, args.period_ms, args.spread.split(",") if args.spread else None)
     elif args.command == "where":
         out = where(args.job_ids)
     elif args.command == "load":

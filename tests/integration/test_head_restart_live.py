@@ -63,20 +63,6 @@ def node(name, timeout_s=120):
         time.sleep(0.25)
 """
 
-JOBS = ATTACH + textwrap.dedent("""
-    from fabric import adaptive
-    from fabric.testing.counter import CounterJob
-    job = adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, name="chaos-counter",
-                          max_restarts_per_hour=1000, call_timeout_s=120)(CounterJob)
-    started = []
-    for i, (here, other) in enumerate([("w1", "w2"), ("w1", "w2"), ("w2", "w1"), ("w2", "w1")]):
-        handle.cordon(node(other))  # two jobs on each worker
-        handle.uncordon(node(here))
-        started.append(job.remote(f"{sys.argv[1]}/job-{i}", float(sys.argv[2])).wait_running(180))
-    handle.uncordon(node("w1"))
-    print("chaos-result: " + json.dumps({h.job_id: h.status().node_id for h in started}))
-""")
-
 MOVES = ATTACH + textwrap.dedent("""
     from fabric import adaptive
     from fabric.testing.counter import CounterJob
@@ -136,9 +122,7 @@ def test_a_killed_head_comes_back_with_the_same_jobs_and_places_again(fleet: Hea
     expected = "GCS fault tolerance: embedded store" if fleet.backend == "embedded" else "GCS fault tolerance: redis 127.0.0.1:"
     assert expected in first, first
     ticks, moves_dir = tmp_path / "ticks", tmp_path / "moves"
-    placed = fleet.python(JOBS, str(ticks), PERIOD_MS)
-    jobs = list(placed)
-    assert len(set(placed.values())) == 2 and None not in placed.values(), placed  # 4 jobs on 2 worker nodes
+    jobs = fleet.driver("jobs", str(ticks), "4", PERIOD_MS, "--spread", "w1,w2")["jobs"]
     moves: dict[str, Any] | None = None
     if fleet.backend == "embedded":  # a migration and a drain in flight at the kill
         fleet.join()
@@ -147,6 +131,8 @@ def test_a_killed_head_comes_back_with_the_same_jobs_and_places_again(fleet: Hea
 
     doc = head_restart(fleet, jobs, ticks, tmp_path / "work", SCENARIO, name=f"head_restart_{fleet.backend}")
 
+    placed = [doc["instances"]["before"][j]["node"] for j in jobs]
+    assert len(set(placed)) == 2 and None not in placed, placed  # 4 jobs on 2 worker nodes
     again = fleet.outputs[-1]
     assert f"removed a stale {fleet.head_tmp / 'ray_current_cluster'} naming {fleet.address}" in again, again
     workers = len(fleet.workers)
