@@ -343,3 +343,33 @@ def test_a_slot_reserved_again_after_a_restart_for_a_job_no_longer_bound_is_give
     assert [type(i) for i in out] == [ReleaseSlot] and out[0].allocation_id == 78
     out = f.core.handle(js.SlotReserved("a", 79, migration_id="mig-gone"))
     assert [type(i) for i in out] == [ReleaseSlot] and out[0].allocation_id == 79
+
+
+@pytest.mark.parametrize("how", ["node lost", "Ray holds its node dead"])
+def test_a_handover_whose_source_is_lost_while_cutting_hands_the_job_over_only_after_the_source_s_lease(how: str):
+    f = Fleet()
+    key = running(f)
+    granted_at = f.now
+    assert renew(f, key) == GRANTED
+    f.handle(js.MigrateRequested("a", "handover"))
+    f.land(0)  # prepared
+    f.land(0)  # ready: the source is asked to cut (past the point of no return)
+    m = f.core.migrations.for_job("a")
+    assert m is not None and m.phase is MigrationPhase.CUTTING and m.past_point_of_no_return
+    target = m.target_key
+    f.now += 2.0
+    if how == "node lost":  # by missed heartbeats: the node may be stalled and run the source on
+        del f.world.nodes[m.source_node]
+        f.handle(js.JobsNodeLost(m.source_node))
+    else:  # the watch says its node died; a node only cut off runs it on
+        f.handle(js.InstanceEnded("a", key, "The actor is dead because its node has died.", node_died=True))
+    f.pending.clear()  # the source's answer to the cut never comes
+    fenced = [e for e in f.events if e.kind == "job_fenced"]
+    assert len(fenced) == 1 and fenced[0].data["migration_id"] == m.migration_id, fenced
+    assert f.core.book.job("a").binding.instance_key == key  # type: ignore[union-attr]
+    assert renew(f, key) == REFUSED  # a fenced source keeps its lease no longer
+    at(f, granted_at + LIMIT - 0.5)
+    assert f.core.book.job("a").binding.instance_key == key  # type: ignore[union-attr]
+    at(f, granted_at + LIMIT + 0.5)  # the source's lease ended: it stopped itself; the target carries the job
+    rec = f.core.book.job("a")
+    assert rec.state == JobState.RUNNING and rec.binding is not None and rec.binding.instance_key == target

@@ -131,7 +131,7 @@ class JobsCore(JobsState):
         rec = self.book.jobs.get(s.job_id)
         bound_here = rec is not None and rec.binding is not None and rec.binding.instance_key == s.instance_key
         stopping = bound_here and rec is not None and rec.state == JobState.STOPPING
-        owned, out = sagas.source_died(self, s.job_id, s.instance_key, now)
+        owned, out = sagas.source_died(self, s.job_id, s.instance_key, now, s.node_died)
         if owned and not stopping:
             return out
         preempted = s.preempted or (bound_here and rec is not None and rec.binding is not None

@@ -136,15 +136,20 @@ def abort(st: JobsState, migration_id: str, reason: str, now: float) -> tuple[Mi
     return m, saga_out(st, m, m.abort(reason, now), now)
 
 
-def source_died(st: JobsState, job_id: str, key: str, now: float) -> tuple[bool, list[Any]]:
+def source_died(st: JobsState, job_id: str, key: str, now: float, node_died: bool = False) -> tuple[bool, list[Any]]:
     """The job's instance ``key`` died. True when a saga owns that death (an instance stopped on
     purpose, or a source past its saga's point of no return); False when the job recovers as usual
-    (a saga before its point of no return is rolled back first)."""
+    (a saga before its point of no return is rolled back first). ``node_died``: Ray holds it dead
+    with its node, which may only be cut off and run it on: a saga past its point of no return is
+    fenced on its lease (``fence_source``)."""
     if key in st.ignored:
         return True, []
     m = st.migrations.for_job(job_id)
     if m is None or m.source_key != key:
         return False, []
+    fenced = fence_source(st, m, now, "Ray holds its node dead") if node_died else None
+    if fenced is not None:
+        return True, fenced
     owned = m.past_point_of_no_return
     return owned, saga_out(st, m, m.source_ended(now), now)
 
@@ -167,12 +172,14 @@ def node_lost(st: JobsState, node_id: str, now: float) -> tuple[set[str], list[A
 
 
 def fence_source(st: JobsState, m: Migration, now: float, why: str) -> list[Any] | None:
-    """A ``stop_then_start`` saga stopping its source, whose end is not sure (only a kill was sent,
-    or its node was lost: a node cut off hears neither and runs it on): the target begins only once
-    the source's lease has ended (``source_lease_ended``). None when nothing holds the saga: the
-    source is known stopped, holds no live lease, or the strategy lets the two overlap anyway."""
-    if m.strategy is not MigrationStrategy.STOP_THEN_START or m.phase is not MigrationPhase.STOPPING_SOURCE \
-            or m.source_stopped or not st.leases.live(m.source_key, now):
+    """A saga whose source's end is not sure (only a kill was sent, or its node was lost: a node cut
+    off hears neither and runs it on), stopping its source or past its point of no return (a
+    handover cutting or resuming): the target takes the job only once the source's lease has ended
+    (``source_lease_ended``), and the source is refused renewals meanwhile. None when nothing holds
+    the saga: the source is known stopped, holds no live lease, the saga is before its point of no
+    return (it rolls back), or the strategy lets the two overlap anyway."""
+    if m.strategy is MigrationStrategy.OVERLAP or m.source_stopped or not st.leases.live(m.source_key, now) \
+            or not (m.phase is MigrationPhase.STOPPING_SOURCE or m.past_point_of_no_return):
         return None
     wait = (st.leases.ends(m.source_key) or now) - now
     st.ignored.add(m.source_key)
@@ -189,21 +196,27 @@ def source_lease_ended(st: JobsState, key: str, now: float) -> list[Any] | None:
     m = next((m for m in st.migrations.active.values() if m.source_key == key), None)
     if m is None:
         return None
-    if m.source_stopped or m.phase is not MigrationPhase.STOPPING_SOURCE:
+    if m.source_stopped or not (m.phase is MigrationPhase.STOPPING_SOURCE or m.past_point_of_no_return):
         return []
     m.history.append((m.phase.value, now, "the source's lease ended: it stopped itself"))
     return saga_out(st, m, m.source_ended(now), now)
 
 
 def stopping_source(st: JobsState, job_id: str, key: str) -> bool:
-    """Whether ``key`` is the source a saga of ``job_id`` is stopping (its lease is not renewed)."""
-    return any(m.job_id == job_id and m.source_key == key and m.phase is MigrationPhase.STOPPING_SOURCE
+    """Whether ``key`` is the source a saga of ``job_id`` is stopping, or one fenced (``fence_source``):
+    its lease is not renewed."""
+    return any(m.job_id == job_id and m.source_key == key
+               and (m.phase is MigrationPhase.STOPPING_SOURCE or key in st.leases.suspects)
                for m in st.migrations.active.values())
 
 
 def expire_due(st: JobsState, now: float) -> list[Any]:
+    """Sagas past their phase's deadline fail; one fenced on its source's lease waits for its end
+    instead (``source_lease_ended``): failing forward would hand the job on while the source may serve."""
     out: list[Any] = []
     for m in st.migrations.due(now):
+        if not m.source_stopped and m.source_key in st.leases.suspects:
+            continue
         out += saga_out(st, m, m.expire(now), now)
     return out
 
