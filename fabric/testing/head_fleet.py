@@ -90,6 +90,8 @@ class HeadFleet:
         self.workers: list[str] = []
         """The joined nodes' names, in join order (``w1``, ``w2``, ...)."""
         self.drivers: list[subprocess.Popen[str]] = []
+        self.supervisors: list[subprocess.Popen[str]] = []
+        """``fabric join --supervise`` processes (``join(supervise=True)``)."""
         self.outputs: list[str] = []
         """What each ``start-head`` printed, in order (the first start, then each restart)."""
         self.started = False
@@ -178,17 +180,30 @@ class HeadFleet:
         self.outputs.append(out)
         return out
 
-    def join(self, profile: str = "cpu-only-box", cpus: int | None = None, slots: int = 4) -> str:
+    def join(self, profile: str = "cpu-only-box", cpus: int | None = None, slots: int = 4, *,
+             supervise: bool = False, outage_tolerance_s: float | None = None) -> str:
         """Join one more worker (``w<n>`` on the next loopback address) with ``slots`` concurrent
-        tasks (a job takes one: with the profile's one, the calls would find no room); its name."""
+        tasks (a job takes one: with the profile's one, the calls would find no room); its name.
+        ``supervise``: ``fabric join --supervise`` runs in the background (``close()`` ends it) and
+        keeps the node in the fleet; ``outage_tolerance_s``: this node's ``--head-outage-tolerance``."""
         i = len(self.workers) + 1
         name = f"w{i}"
-        self.fabric("join", "--address", self.address, "--profile", profile, "--name", name,
-                    "--node-ip-address", self.worker_ip(i), "--max-concurrent-tasks", str(slots), "--head-outage-tolerance", str(int(self.outage_tolerance_s)),
-                    "--", f"--temp-dir={self.worker_tmp(name)}", f"--num-cpus={cpus or self.worker_cpus}",
-                    "--object-store-memory=80000000")
+        tolerance = self.outage_tolerance_s if outage_tolerance_s is None else outage_tolerance_s
+        args = ["join", "--address", self.address, "--profile", profile, "--name", name,
+                "--node-ip-address", self.worker_ip(i), "--max-concurrent-tasks", str(slots),
+                "--head-outage-tolerance", str(int(tolerance)), *(["--supervise"] if supervise else []),
+                "--", f"--temp-dir={self.worker_tmp(name)}", f"--num-cpus={cpus or self.worker_cpus}",
+                "--object-store-memory=80000000"]
+        if supervise:
+            log = open(self.root / f"{name}.supervise.log", "w")
+            self.supervisors.append(subprocess.Popen([sys.executable, "-m", "fabric", *args], env=self.env, stdout=log,
+                                                     stderr=subprocess.STDOUT, text=True, cwd=str(self.root),
+                                                     start_new_session=True))
+            log.close()
+        else:
+            self.fabric(*args)
         self.workers.append(name)
-        self.say(f"joined {name} at {self.worker_ip(i)}")
+        self.say(f"joined {name} at {self.worker_ip(i)}" + (" (supervised)" if supervise else ""))
         return name
 
     def up(self, settings: dict[str, Any] | None = None, timeout_s: float = 120.0) -> str:
@@ -264,6 +279,15 @@ class HeadFleet:
                 except (subprocess.TimeoutExpired, ValueError):
                     pass
         self.drivers.clear()
+        for proc in self.supervisors:  # SIGTERM: a supervisor stops its node and exits
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.supervisors:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+        self.supervisors.clear()
         if self.started:
             # drivers' Ray workers, the workers, then the head: every process naming the fleet's folder
             for name in self.workers:
