@@ -20,8 +20,6 @@ On Redis, a third worker runs under ``fabric join --supervise`` with a ``--head-
 (4 s) that the outage (8 s before the restart) outlasts: its raylet gives the head up and exits, and
 the supervisor starts a new node, which joins the recovered cluster by itself (a new Ray node id,
 the same name, active).
-
-``--no-fault-tolerance`` says so and leaves no GCS store behind.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ pytest.importorskip("ray")
 
 from fabric.core import errors  # noqa: E402
 from fabric.testing.chaos_head import HeadRestart, head_restart  # noqa: E402
-from fabric.testing.head_fleet import HEAD_IP, REDIS_PASSWORD, HeadFleet  # noqa: E402
+from fabric.testing.head_fleet import REDIS_PASSWORD, HeadFleet  # noqa: E402
 from fabric.testing.redis import redis_problem, require  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -211,11 +209,4 @@ def test_a_killed_head_comes_back_with_the_same_jobs_and_places_again(fleet: Hea
         before = doc["instances"]["before"]
         assert {j: (ended[j]["state"], ended[j]["key"], ended[j]["restarts"]) for j in jobs} == \
             {j: ("running", before[j]["key"], before[j]["restarts"]) for j in jobs}, ended  # the four untouched
-
-
-def test_no_fault_tolerance_says_off() -> None:
-    with HeadFleet("off", workers=0) as f:
-        out = f.outputs[0]
-        assert "GCS fault tolerance: off" in out, out
-        assert not (f.root / "xdg" / "adaptive-fabric" / "clusters" / f"{HEAD_IP}-{f.port}" / "gcs").exists()
 

@@ -107,7 +107,9 @@ def test_join_registers_the_node_with_its_recording_and_status_shows_it(lf, how)
 
 def test_start_head_starts_a_labelled_head_that_stops_with_its_process(tmp_path):
     port = _free_port(IP)
-    proc = fabric_cli("start-head", "--profile", "cpu-only-box", "--name", "cli-head", "--port", str(port), "--",
+    # --no-fault-tolerance: it says so and leaves no GCS store behind (the fault-tolerant head:
+    # test_head_restart_live)
+    proc = fabric_cli("start-head", "--no-fault-tolerance", "--profile", "cpu-only-box", "--name", "cli-head", "--port", str(port), "--",
                       f"--node-ip-address={IP}", "--include-dashboard=false", "--block", data_home=tmp_path)
     try:
         probe = ("import json, ray; ray.init(address=%r, _node_ip_address=%r, log_to_driver=False); "
@@ -125,6 +127,8 @@ def test_start_head_starts_a_labelled_head_that_stops_with_its_process(tmp_path)
     finally:
         text = stop(proc)
     assert "running: " in text and " start --head --port=" in text
+    assert "GCS fault tolerance: off" in text, text
+    assert not list(tmp_path.rglob("gcs")), list(tmp_path.rglob("*"))[:20]
 
 
 def _free_port(host: str) -> int:
