@@ -90,8 +90,13 @@ def test_each_host_joined_with_its_own_address_and_the_fleet_token(fleet):
         assert list(host.temp_dir.glob("session_*")), f"{host.name} has no session under {host.temp_dir}"
     # ray status from the root namespace, over the bridge, with the fleet's token: Ray 2.60 prints
     # node ids, not addresses; each is the node table's node at one host's own address
-    status = fleet.run("", ["ray", "status", "--address", fleet.address, "-v"], timeout_s=120)
-    assert status.returncode == 0, status.stderr[-1500:]
+    deadline = time.monotonic() + 60
+    while True:  # the autoscaler's view, which ray status prints, lags the node table by a poll or two
+        status = fleet.run("", ["ray", "status", "--address", fleet.address, "-v"], timeout_s=120)
+        assert status.returncode == 0, status.stderr[-1500:]
+        if all(f"Node: {row['node_id']}" in status.stdout for row in rows) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     for row in rows:
         assert f"Node: {row['node_id']}" in status.stdout, f"{row} not in ray status:\n{status.stdout}"
     # token auth is on: a client without the token is refused by the GCS
