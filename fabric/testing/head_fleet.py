@@ -160,9 +160,19 @@ class HeadFleet:
         self.head_args = ["start-head", *flags, "--", f"--temp-dir={self.head_tmp}", *HEAD_RAY_ARGS]
         self.say(f"head on {self.address} ({self.backend})")
         self.start_head()
-        for _ in range(self.n_workers):
-            self.join()
+        self.join_many(self.n_workers)
         return self
+
+    def join_many(self, n: int) -> list[str]:
+        """Join ``n`` workers at once (``join``'s defaults, each ``fabric join`` in a thread of its
+        own: a join mostly waits on its probe and Ray); their names, in order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        first = len(self.workers) + 1
+        with ThreadPoolExecutor(max_workers=max(1, n)) as pool:
+            names = list(pool.map(lambda i: self._join(i), range(first, first + n)))
+        self.workers.extend(names)
+        return names
 
     def fabric(self, *args: str, timeout_s: float = CLI_TIMEOUT_S, check: bool = True) -> str:
         """Run ``python -m fabric ARGS`` in the fleet's environment; its output (stdout + stderr).
@@ -186,7 +196,14 @@ class HeadFleet:
         tasks (a job takes one: with the profile's one, the calls would find no room); its name.
         ``supervise``: ``fabric join --supervise`` runs in the background (``close()`` ends it) and
         keeps the node in the fleet; ``outage_tolerance_s``: this node's ``--head-outage-tolerance``."""
-        i = len(self.workers) + 1
+        name = self._join(len(self.workers) + 1, profile, cpus, slots, supervise=supervise,
+                          outage_tolerance_s=outage_tolerance_s)
+        self.workers.append(name)
+        return name
+
+    def _join(self, i: int, profile: str = "cpu-only-box", cpus: int | None = None, slots: int = 4, *,
+              supervise: bool = False, outage_tolerance_s: float | None = None) -> str:
+        """Join worker ``w<i>`` at ``worker_ip(i)`` (see ``join``); its name."""
         name = f"w{i}"
         tolerance = self.outage_tolerance_s if outage_tolerance_s is None else outage_tolerance_s
         args = ["join", "--address", self.address, "--profile", profile, "--name", name,
@@ -202,7 +219,6 @@ class HeadFleet:
             log.close()
         else:
             self.fabric(*args)
-        self.workers.append(name)
         self.say(f"joined {name} at {self.worker_ip(i)}" + (" (supervised)" if supervise else ""))
         return name
 

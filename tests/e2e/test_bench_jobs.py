@@ -19,7 +19,7 @@ KEYS = ("recovery_ratio_to_ray", "fabric_recovery_s", "ray_recovery_s", "ray_dea
 
 
 def test_bench_jobs_prints_its_figures_and_one_json_line():
-    out = subprocess.run([sys.executable, "scripts/bench_jobs.py", "--trials", "1", "--jobs", "10", "--json"],
+    out = subprocess.run([sys.executable, "scripts/bench_jobs.py", "--trials", "1", "--jobs", "10", "--lease-ttl", "4", "--json"],
                          cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
