@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="netns: full (Ray's own health checks, the default lease) or suite (the test suite's short timings)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
     args = ap.parse_args(argv)
-    known = NETNS_SCENARIOS if args.hosts == "netns" else SCENARIOS
+    known = (*NETNS_SCENARIOS, *HEAD_FT) if args.hosts == "netns" else SCENARIOS
     wanted = [args.scenario] if args.scenario else [s.strip() for s in (args.scenarios or ",".join(known)).split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(known))
     if unknown:
@@ -417,12 +417,22 @@ def netns_main(args: argparse.Namespace, wanted: list[str], console) -> int:
         return 2
     timings = FULL if args.profile == "full" else SUITE
     timings = replace(timings, calls=args.calls or timings.calls, load_s=args.duration or timings.load_s)
-    console.print(f"==> a fleet of network namespaces: head, n1, n2 (fabric join --supervise); {args.profile} timings")
-    with NetnsChaos(timings, say=lambda line: console.print(f"    {line}")) as chaos:
-        doc = {}
-        for name in wanted:
-            console.print(f"==> {name}")
-            doc[name] = chaos.scenario(name)
+    doc: dict = {}
+    plain = [name for name in wanted if name not in HEAD_FT]
+    if plain:
+        console.print(f"==> a fleet of network namespaces: head, n1, n2 (fabric join --supervise); {args.profile} timings")
+        with NetnsChaos(timings, say=lambda line: console.print(f"    {line}")) as chaos:
+            for name in plain:
+                console.print(f"==> {name}")
+                doc[name] = chaos.scenario(name)
+    heads: dict[str, dict] = {}
+    for name in (n for n in wanted if n in HEAD_FT):  # each on a fleet of its own, whose head is restarted
+        from fabric.testing.chaos_netns_head import head_restart_netns
+
+        console.print(f"==> {name}: head, n1, n2 in network namespaces, the head's GCS on the {HEAD_FT[name]} store")
+        heads[name] = head_restart_netns(name, HEAD_FT[name], args.calls or 150, args.duration or 18.0,
+                                         say=lambda line: console.print(f"    {line}"))
+        console.print(f"    {summary(heads[name])}")
     table = Table(title="chaos scenarios on network-namespace hosts")
     cols = ("scenario", "lost", "below floor", "run twice", "job dups", "job gap ms", "records lost", "recovery s",
             "rejoin s", "cut s", "offline seen s", "ray dead s")
@@ -436,12 +446,15 @@ def netns_main(args: argparse.Namespace, wanted: list[str], console) -> int:
         table.add_row(name, *(cell(d[k]) for k in ("lost", "below_floor", "calls_run_twice", "job_duplicates", "job_gap_ms",
                                                      "records_lost", "recovery_s", "rejoin_s")),
                       cell(w["cut_s"]), cell(w["offline_seen_s"]), cell(w["ray_dead_seen_s"]))
-    console.print(table)
+    if doc:
+        console.print(table)
+    if heads:
+        console.print(head_table(heads))
     if args.json:
-        print(json.dumps({"hosts": "netns", "profile": args.profile, "scenarios": doc}))
+        print(json.dumps({"hosts": "netns", "profile": args.profile, "scenarios": {**doc, **heads}}))
     clean = all(d["lost"] == 0 and d["below_floor"] == 0 and d["job_duplicates"] == 0 and d["records_lost"] == 0
                 for d in doc.values())
-    return 0 if clean else 1
+    return 0 if clean and all(head_ft_clean(d) for d in heads.values()) else 1
 
 
 if __name__ == "__main__":

@@ -192,6 +192,10 @@ def result_of(stdout: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     global NODE_IP
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a driver that hangs can be asked where
     p = argparse.ArgumentParser(prog="python -m fabric.testing.chaos_driver")
     p.add_argument("--node-ip", metavar="IP", help="attach to the raylet at IP (one machine's loopback)")
     sub = p.add_subparsers(dest="command", required=True)

@@ -22,19 +22,37 @@ none may be lost. The answer has the chaos JSON keys:
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fabric.testing.chaos import read_run_log, score
 from fabric.testing.chaos_driver import result_of
 from fabric.testing.counter_report import analyze
-from fabric.testing.head_fleet import HeadFleet, wait_until
+from fabric.testing.head_fleet import wait_until
 
-__all__ = ["HeadRestart", "head_restart", "jobs_report"]
+__all__ = ["HeadRestart", "RestartableHead", "head_restart", "jobs_report"]
 
 RELAY = "relay"
+
+
+class RestartableHead(Protocol):
+    """What the scenario drives: ``fabric.testing.head_fleet.HeadFleet`` on loopback, or
+    ``fabric.testing.chaos_netns_head.NetnsHeadFleet`` on network-namespace hosts."""
+
+    backend: str
+
+    def driver(self, *args: str, timeout_s: float = ...) -> Any: ...
+
+    def spawn_driver(self, *args: str) -> subprocess.Popen[str]: ...
+
+    def kill_head(self) -> list[int]: ...
+
+    def restart_head(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,7 @@ def _serving(ticks: Path) -> bool:
     return bool(folders) and all(now - max((f.stat().st_mtime for f in d.glob("*.ticks")), default=0.0) < 1.0 for d in folders)
 
 
-def head_restart(fleet: HeadFleet, jobs: list[str], ticks: Path, work: Path, t: HeadRestart = HeadRestart(),
+def head_restart(fleet: RestartableHead, jobs: list[str], ticks: Path, work: Path, t: HeadRestart = HeadRestart(),
                  name: str = "head_restart") -> dict[str, Any]:
     """Run the scenario (see the module docstring) on ``fleet``, whose ``jobs`` write their ticks
     under ``ticks``; ``work`` holds the run log. The chaos JSON."""
@@ -98,7 +116,14 @@ def head_restart(fleet: HeadFleet, jobs: list[str], ticks: Path, work: Path, t: 
         out, err = load.communicate(timeout=30)
         raise RuntimeError(f"{name}: {exc}; the load's driver said: {out[-800:]}{err[-2500:]}") from exc
     stop.touch()
-    out, err = load.communicate(timeout=300)
+    try:
+        out, err = load.communicate(timeout=300)
+    except subprocess.TimeoutExpired:  # say where it hangs (its threads' stacks), then end it
+        os.kill(load.pid, signal.SIGUSR1)
+        time.sleep(2.0)
+        load.kill()
+        out, err = load.communicate(timeout=30)
+        raise RuntimeError(f"{name}: the load's driver did not end within 300 s of its stop: {out[-800:]}{err[-6000:]}")
     result = result_of(out)
     if load.returncode != 0 or result is None:
         raise RuntimeError(f"chaos driver load failed ({load.returncode}): {out[-800:]}{err[-2500:]}")
