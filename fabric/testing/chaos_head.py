@@ -123,7 +123,8 @@ def head_restart(fleet: RestartableHead, jobs: list[str], ticks: Path, work: Pat
         time.sleep(2.0)
         load.kill()
         out, err = load.communicate(timeout=30)
-        raise RuntimeError(f"{name}: the load's driver did not end within 300 s of its stop: {out[-800:]}{err[-6000:]}")
+        stacks = err[err.find("Thread 0x"):][:20000] if "Thread 0x" in err else err[-6000:]
+        raise RuntimeError(f"{name}: the load's driver did not end within 300 s of its stop: {out[-800:]}{stacks}")
     result = result_of(out)
     if load.returncode != 0 or result is None:
         raise RuntimeError(f"chaos driver load failed ({load.returncode}): {out[-800:]}{err[-2500:]}")
