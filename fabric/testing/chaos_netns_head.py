@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from fabric.testing.chaos_driver import result_of
 from fabric.testing.chaos_head import HeadRestart, head_restart
+from fabric.testing.head_fleet import StartClose
 from fabric.testing.netns import NetnsFleet
 
 __all__ = ["HEAD_SETTINGS", "NetnsHeadFleet", "head_restart_netns"]
@@ -38,7 +39,7 @@ HEAD_SETTINGS = {"health": {"heartbeat_interval_s": 1.0, "offline_after_s": 6.0,
 """The jobs' leases outlast the outage: the head down, its GCS back, the fabric's actors restarted on it."""
 
 
-class NetnsHeadFleet:
+class NetnsHeadFleet(StartClose):
     """See the module docstring; a context manager (``close`` runs also after a failed start)."""
 
     def __init__(self, backend: str, *, say: Callable[[str], None] = print) -> None:
@@ -50,17 +51,6 @@ class NetnsHeadFleet:
         self.work.chmod(0o777)
         self.redis: Any = None
         self.drivers: list[subprocess.Popen[str]] = []
-
-    def __enter__(self) -> NetnsHeadFleet:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def start(self) -> None:
         f = self.fleet.open()

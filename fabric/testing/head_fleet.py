@@ -27,13 +27,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Self
 
 from fabric.testing.chaos_driver import result_of
 from fabric.testing.head_kill import kill_node, kill_processes, processes_under
 from fabric.testing.redis import RedisServer
 
-__all__ = ["BACKENDS", "HEAD_IP", "HeadFleet", "fleet_env"]
+__all__ = ["BACKENDS", "HEAD_IP", "HeadFleet", "StartClose", "fleet_env"]
 
 HEAD_IP = "127.0.0.6"
 BACKENDS = ("embedded", "redis", "off")
@@ -63,7 +63,28 @@ def fleet_env(xdg: Path, address: str | None = None) -> dict[str, str]:
     return env
 
 
-class HeadFleet:
+class StartClose:
+    """A context manager over ``start()`` and ``close()``: ``close`` runs also when ``start`` fails."""
+
+    def start(self) -> object:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: Self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class HeadFleet(StartClose):
     """A head and ``workers`` joined nodes on loopback; see the module docstring.
 
     Use it as a context manager (``close()`` runs also when the start fails)::
@@ -130,17 +151,6 @@ class HeadFleet:
         return self.worker_ip(1)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def __enter__(self) -> HeadFleet:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def start(self) -> HeadFleet:
         """Make the fleet's folder, start the Redis (backend ``redis``), the head and the workers."""
         # short: Ray's unix sockets live under each temp dir (a socket path is at most 107 bytes)

@@ -15,7 +15,7 @@ from fabric.core.jobs import JobState
 from fabric.rayio.metrics import RecordingMetrics
 from fabric.store.jobs import JobStore
 
-from test_job_runner import SPEC, FakeLauncher, settle
+from test_job_runner import SPEC, FakeLauncher, settle, two_jobs_running
 from test_scheduler_actor import FakeFeed, joined
 from test_scheduling import Clock
 
@@ -33,12 +33,7 @@ def first_life(tmp_path, launcher, clock, cluster=("cluster-a", HEAD)) -> list[s
     async def go():
         sched = make(tmp_path, launcher, clock, cluster)
         await sched._sync()
-        ids = [sched.jobs.submit(SPEC, b"cls", b"args") for _ in range(2)]
-        sched.jobs.tick()
-        await settle()
-        for inst in launcher.started:
-            inst.__fabric_started__.futures[0].set_result(None)
-        await settle()
+        ids = await two_jobs_running(sched, launcher)
         assert all(sched.jobs.book.job(j).state == JobState.RUNNING for j in ids)
         sched.jobs.store.close()
         return ids

@@ -124,19 +124,24 @@ def test_a_job_is_placed_started_watched_and_recovered_elsewhere(tmp_path):
     asyncio.run(go())
 
 
+async def two_jobs_running(sched, launcher) -> list[str]:
+    """Submit two jobs to ``sched`` and let their instances start (every constructor answers); their ids."""
+    ids = [sched.jobs.submit(SPEC, b"cls", b"args") for _ in range(2)]
+    sched.jobs.tick()
+    await settle()
+    for inst in launcher.started:
+        inst.__fabric_started__.futures[0].set_result(None)
+    await settle()
+    return ids
+
+
 def test_a_restarted_runner_re_adopts_live_instances_and_recovers_the_gone_ones(tmp_path):
     clock, launcher = Clock(), FakeLauncher()
 
     async def first_life():
         sched = make(tmp_path, launcher, clock)
         await sched._sync()
-        ids = [sched.jobs.submit(SPEC, b"cls", b"args") for _ in range(2)]
-        sched.jobs.tick()
-        await settle()
-        for inst in launcher.started:
-            inst.__fabric_started__.futures[0].set_result(None)
-        await settle()
-        return ids
+        return await two_jobs_running(sched, launcher)
 
     ids = asyncio.run(first_life())
     gone = launcher.started[0]
