@@ -36,6 +36,8 @@ from fabric.core.scheduling import (
     PlaceRequested, ProvisionNode, SchedulerCore, TerminateNode, SelectRequested, SetCordoned, SlotsReleased, Stimulus, Tick, Uncordoned, reply,
 )
 from fabric.core.scheduling.loop_timing import TickTimes
+from fabric.core.scheduling.reports import SpillTally
+from fabric.core.scheduling.scaling import Scaler
 from fabric.core.scheduling.node_events import fleet_events
 from fabric.core.settings import FabricSettings
 from fabric.rayio.metrics import MetricsExporter, MetricsSink, RayMetrics
@@ -56,6 +58,7 @@ class Scheduler:
         self.metrics_sink: MetricsSink = metrics if metrics is not None else RayMetrics()
         self.exporter = MetricsExporter(self.metrics_sink)
         """``metrics()`` through the sink, every tick (counters as deltas)."""
+        self.spill_tally = SpillTally()
         self.tasks_dispatch_failed = 0
         """Queued calls placed for a caller that had stopped waiting (placed, never started)."""
         self.tick_s = tick_s if tick_s is not None else min(self.settings.health.monitor_interval_s, 0.5)
@@ -73,10 +76,8 @@ class Scheduler:
                 self.provisioner.attach(self.jobs.store)
             except Exception as exc:  # a provider that cannot be built here: its instances wait for the next start
                 print(f"[fabric.scheduler] provider instances not adopted: {type(exc).__name__}: {exc}")
-        from fabric.core.scheduling.scaling import Scaler
-
         self.scaler = Scaler()
-        """Burst and utilisation scaling , observed every tick (``_scale``)."""
+        """Burst and utilisation scaling, observed every tick (``_scale``)."""
         self.spare_tags: dict[str, dict[str, Any]] = {}
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
         self.raised: dict[str, dict[str, Any]] = {}
@@ -229,9 +230,17 @@ class Scheduler:
     def end_lease(self, lease_id: str) -> None:
         self._handle(LeaseEnded(msg.read_id("lease_id", lease_id)))
 
-    def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
+    def report_calls(self, placed: int = 0, fallbacks: int = 0, job_id: str | None = None, refused: int = 0) -> None:
+        """Calls run under leases; a worker's spilled calls (and refused ones) name their Ray job: ``spilled_seen``."""
         placed, fallbacks = msg.read_call_report(placed, fallbacks)
-        self._handle(CallsReported(placed, fallbacks))
+        if job_id is not None:
+            self.spill_tally.add(msg.read_id("job_id", job_id), placed + msg.read_count("refused", refused))
+        if placed or job_id is None:
+            self._handle(CallsReported(placed, fallbacks))
+
+    def spilled_seen(self, job_id: str) -> int:
+        """How many spilled calls of Ray job ``job_id`` its workers have reported, run or refused."""
+        return self.spill_tally.of(msg.read_id("job_id", job_id))
 
     def queue_timeout_s(self) -> float:
         return self.settings.queue_timeout_s

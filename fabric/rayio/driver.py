@@ -47,6 +47,10 @@ class RayDriver:
         worker = ray._private.worker.global_worker
         return getattr(worker, "core_worker", None) if worker.connected else None
 
+    def job_id(self) -> str:
+        """This process's Ray job id (hex), as its tasks' workers read it."""
+        return ray.get_runtime_context().get_job_id()
+
     # -- named actors -----------------------------------------------------------------------------
     def get_actor(self, name: str) -> Any | None:
         """The fabric's actor ``name`` (namespace ``fabric``), or None when there is none."""

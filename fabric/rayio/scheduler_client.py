@@ -70,8 +70,11 @@ class SchedulerClient:
     def end_lease(self, lease_id: str) -> None:
         self._answer(self._handle.end_lease.remote(lease_id), None)
 
-    def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
-        self._answer(self._handle.report_calls.remote(placed, fallbacks), None)
+    def report_calls(self, placed: int = 0, fallbacks: int = 0, job_id: str | None = None, refused: int = 0) -> None:
+        self._answer(self._handle.report_calls.remote(placed, fallbacks, job_id, refused), None)
+
+    def spilled_seen(self, job_id: str) -> int:
+        return self._answer(self._handle.spilled_seen.remote(job_id), None)
 
     def queue_timeout_s(self) -> float:
         return self._answer(self._handle.queue_timeout_s.remote(), None)
@@ -268,8 +271,12 @@ class AsyncSchedulerClient:
     async def end_lease(self, lease_id: str) -> None:
         await self._handle().end_lease.remote(lease_id)
 
-    async def report_calls(self, placed: int = 0, fallbacks: int = 0) -> None:
-        await self._handle().report_calls.remote(placed, fallbacks)
+    async def report_calls(self, placed: int = 0, fallbacks: int = 0, job_id: str | None = None,
+                           refused: int = 0) -> None:
+        await self._handle().report_calls.remote(placed, fallbacks, job_id, refused)
+
+    async def spilled_seen(self, job_id: str) -> int:
+        return await self._handle().spilled_seen.remote(job_id)
 
     async def queue_timeout_s(self) -> float:
         return await self._handle().queue_timeout_s.remote()

@@ -13,6 +13,7 @@ The driver side (leases, routing, submission) is ``fabric.runtime.dispatch``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Callable
@@ -68,6 +69,7 @@ def wrap_spilled(fn: Callable, min_rank: int, name: str) -> Callable:
     def run(__fabric_deadline, *args, **kwargs):
         now = time.time()
         if now > __fabric_deadline:
+            _count_call(False, now, ran=False)
             raise CapacityError(f"{name}: queued past its queue timeout before a node inside its floor took it",
                                 reason="queue timeout")
         _count_call(node_rank() < min_rank, now)
@@ -86,6 +88,8 @@ SpillCounts = CallCounts
 """A worker's spilled calls not yet reported (the cadence is ``CallCounts``'s)."""
 
 _spill_counts = SpillCounts()
+_spill_refused = 0
+"""Spilled calls this worker refused to start (past their queue deadline), not yet reported."""
 _spill_flusher: threading.Thread | None = None
 _node_rank: int | None = None
 
@@ -102,27 +106,50 @@ def node_rank() -> int:
     return _node_rank
 
 
-def _count_call(fallback: bool, now: float) -> None:
-    """Count a call under a lease; a daemon thread reports the counts to the scheduler (see
-    ``SpillCounts``)."""
-    global _spill_flusher
+def _count_call(fallback: bool, now: float, ran: bool = True) -> None:
+    """Count a spilled call (``ran``: it started; else it was refused); a daemon thread reports the
+    counts to the scheduler with this worker's Ray job id (see ``SpillCounts``), for the job's driver
+    to wait on at exit (``fabric.runtime.counts``)."""
+    global _spill_flusher, _spill_refused
     with _worker_lock:
-        _spill_counts.count(fallback, now)
+        if ran:
+            _spill_counts.count(fallback, now)
+        else:
+            _spill_refused += 1
         if _spill_flusher is None:
             _spill_flusher = threading.Thread(target=_flush_spill_counts, name="fabric-spill-counts", daemon=True)
             _spill_flusher.start()
 
 
+def _take_spill_report(now: float) -> tuple[int, int, int] | None:
+    """``(placed, fallbacks, refused)`` to report now, if anything (and forget it)."""
+    global _spill_refused
+    with _worker_lock:
+        report = _spill_counts.take(now)
+        if report is None and (not _spill_refused or _spill_counts.placed):  # refused ones go with the burst
+            return None
+        (placed, fallbacks), refused = report or (0, 0), _spill_refused
+        _spill_refused = 0
+        return placed, fallbacks, refused
+
+
 def _flush_spill_counts() -> None:
-    global _worker_scheduler
+    global _worker_scheduler, _spill_refused
+    job_id = ray.get_runtime_context().get_job_id()
+    with contextlib.suppress(Exception):  # looked up at once: on a busy machine the lookup takes a while
+        _worker_scheduler = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
     while True:
         time.sleep(SpillCounts.POLL_S)
-        with _worker_lock:
-            report = _spill_counts.take(time.time())
-        if report is not None:
-            try:
-                if _worker_scheduler is None:
-                    _worker_scheduler = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
-                _worker_scheduler.report_calls.remote(*report)
-            except Exception:
-                _worker_scheduler = None
+        report = _take_spill_report(time.time())
+        if report is None:
+            continue
+        try:
+            if _worker_scheduler is None:
+                _worker_scheduler = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+            _worker_scheduler.report_calls.remote(report[0], report[1], job_id, report[2])
+        except Exception:  # the scheduler is away: the counts wait for the next report
+            _worker_scheduler = None
+            with _worker_lock:
+                _spill_counts.put_back(report[:2])
+                _spill_refused += report[2]
+            time.sleep(1.0)

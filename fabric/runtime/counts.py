@@ -12,8 +12,11 @@ shutdown: a ``ray job submit`` driver that ends right after its calls loses none
 and a worker that ran calls in its last half second died before it reported them.)
 
 Spilled calls are still counted by the workers that ran them: only a worker knows which node took
-the call, so whether it was a fallback. A driver that spilled waits, at exit, as long as a worker
-takes to report (``EXIT_WAIT_S``), so that those reports are out before the job's workers go.
+the call, so whether it was a fallback. A worker's reports name its Ray job, and the scheduler
+keeps, per job, how many spilled calls were reported (run, or refused past their queue deadline).
+A driver that spilled waits at exit until the scheduler has seen every one of them, at most
+``EXIT_WAIT_S``: its workers die with it, and on a busy machine a worker's last report (an actor
+call, after a lookup of the scheduler) takes seconds to go out.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from typing import Any, Callable
 
 from fabric.core.scheduling.reports import CallCounts
 
-EXIT_WAIT_S = CallCounts.QUIET_S + 5 * CallCounts.POLL_S
-"""How long a driver that spilled calls waits at exit for its workers' last reports: a worker
-reports within ``QUIET_S`` and one ``POLL_S`` of its last call's start; the rest is a margin for a
-busy machine, whose threads wake late."""
+EXIT_WAIT_S = 15.0
+"""How long a driver that spilled calls waits at most, at exit, for its workers' reports of them.
+It waits that long only when some of its spilled calls never started (still queued, or their
+workers gone): a worker reports within ``CallCounts.QUIET_S`` and a ``POLL_S`` of its last call's
+start, plus an actor call."""
+EXIT_POLL_S = 0.1
 
 
 class CallReporter:
@@ -39,8 +44,8 @@ class CallReporter:
         self.clock = clock
         self.counts = CallCounts()
         self.lock = threading.Lock()
-        self.spilled = False
-        """Whether this session sent any call to the spill selector (see ``EXIT_WAIT_S``)."""
+        self.spilled = 0
+        """How many calls this session sent to the spill selector (see ``EXIT_WAIT_S``)."""
         self.closed = False
         self._thread: threading.Thread | None = None
 
@@ -51,6 +56,11 @@ class CallReporter:
             if self._thread is None and not self.closed:
                 self._thread = threading.Thread(target=self._run, name="fabric-call-counts", daemon=True)
                 self._thread.start()
+
+    def spilled_call(self) -> None:
+        """One call sent to the spill selector (its worker counts it)."""
+        with self.lock:
+            self.spilled += 1
 
     def take_all(self) -> tuple[int, int] | None:
         """Everything counted and not yet sent (and forget it)."""

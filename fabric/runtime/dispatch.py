@@ -158,7 +158,7 @@ def submit(fn: Callable, req: "Requirement", opts: "DispatchOptions", name: str,
                 timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else s.queue_timeout_s
                 ref = lease.spill.remote(time.time() + timeout, *args, **kwargs)
                 st.spilled_call(_first(ref), now)
-                s.calls.spilled = True
+                s.calls.spilled_call()
                 return ref
             if where is not None:
                 ref = lease.bound[where].remote(*args, **kwargs)

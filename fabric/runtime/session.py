@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from fabric.core.errors import SchedulerUnavailableError
 from fabric.core.names import DISPATCHER, SCHEDULER
 from fabric.rayio.scheduler_client import SchedulerClient
-from fabric.runtime.counts import EXIT_WAIT_S, CallReporter
+from fabric.runtime.counts import EXIT_POLL_S, EXIT_WAIT_S, CallReporter
 
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.core.settings import FabricSettings
@@ -208,16 +208,29 @@ def flush_calls(timeout_s: float = ANSWER_TIMEOUT_S) -> None:
 
 def _at_exit() -> None:
     """At exit, before Ray's shutdown: the last counts go out, and a session that spilled calls
-    gives their workers the time they take to report (``EXIT_WAIT_S``)."""
+    waits until their workers' reports are in (at most ``EXIT_WAIT_S``)."""
     s = _current
     try:
         if s is None or not s.connected:
             return
         flush_calls(EXIT_FLUSH_S)
         if s.calls.spilled:
-            time.sleep(EXIT_WAIT_S)
+            wait_spill_reports(s, time.monotonic() + EXIT_WAIT_S)
     except Exception:  # never stand in the way of an exit
         pass
+
+
+def wait_spill_reports(s: Session, deadline: float) -> bool:
+    """Wait until the scheduler has seen the reports of every call ``s`` spilled (its workers count
+    them: ``fabric.runtime.counts``), or ``deadline`` (``time.monotonic``) passes; whether it saw all."""
+    job = s.driver.job_id()
+    while True:
+        seen = s.driver.answer(s.scheduler.spilled_seen.remote(job), max(0.1, deadline - time.monotonic()))
+        if seen >= s.calls.spilled:
+            return True
+        if time.monotonic() + EXIT_POLL_S > deadline:
+            return False
+        time.sleep(EXIT_POLL_S)
 
 
 def end() -> None:

@@ -2,6 +2,8 @@
 fallback when it ran below its ``min_tier`` (a call on a leased slot by its driver, when sent; a
 spilled call by its worker, where it ran); GPU work asks Ray for its GPUs."""
 
+import time
+
 import pytest
 
 from fabric import CapacityError, Requirement
@@ -15,6 +17,7 @@ def counts(monkeypatch):
     fresh = worker_calls.SpillCounts()
     monkeypatch.setattr(worker_calls, "_spill_counts", fresh)
     monkeypatch.setattr(worker_calls, "_spill_flusher", object())  # no reporting thread in a unit test
+    monkeypatch.setattr(worker_calls, "_spill_refused", 0)
     monkeypatch.setattr(worker_calls, "_node_rank", ComputeTier.CPU_FFMPEG.rank)  # this worker's node label
     return fresh
 
@@ -152,3 +155,69 @@ def test_counts_are_never_sent_once_the_ray_session_is_gone():
     rec.session_key = lambda: key
     s.calls.flush()
     assert rec.reports == [(1, 0)]
+
+
+def test_a_workers_report_carries_its_refused_calls_beside_the_ones_that_ran(counts):
+    """Refused calls are not placements, but the driver waits for them too (``spilled_seen``)."""
+    run = worker_calls.wrap_spilled(lambda: "ran", ComputeTier.GPU_APU.rank, "f")
+    assert worker_calls._take_spill_report(0.0) is None
+    run(float("inf"))
+    with pytest.raises(CapacityError):
+        run(0.0)
+    assert worker_calls._take_spill_report(time.time()) is None  # the burst is not over yet
+    assert worker_calls._take_spill_report(time.time() + 1) == (1, 1, 1)
+    assert worker_calls._take_spill_report(time.time() + 2) is None  # reported once
+    with pytest.raises(CapacityError):
+        run(0.0)
+    assert worker_calls._take_spill_report(time.time()) == (0, 0, 1)  # nothing ran: nothing to wait for
+
+
+class Tally(Recorder):
+    """A scheduler that has seen ``seen[0]`` of this job's spilled calls (``spilled_seen``)."""
+
+    def __init__(self) -> None:
+        super().__init__(LeaseGrant("c:0", (), {}, 60.0))
+        self.seen = [0]
+        self.asked: list[str] = []
+        self.spilled_seen = self
+
+    def remote(self, *args, **kwargs):
+        if len(args) == 1 and isinstance(args[0], str):
+            self.asked.append(args[0])
+            self.seen[0] += 1  # one more worker report in between
+            return Ref()
+        return super().remote(*args, **kwargs)
+
+    def job_id(self):
+        return "02000000"
+
+    def answer(self, ref, timeout_s):
+        return self.seen[0]
+
+
+def test_an_exiting_driver_waits_until_the_scheduler_saw_every_call_it_spilled_and_no_longer_than_its_deadline():
+    from fabric.runtime.session import Session, wait_spill_reports
+
+    tally = Tally()
+    s = Session(tally, None)
+    s.scheduler = tally
+    s.calls.close()
+    for _ in range(3):
+        s.calls.spilled_call()
+    assert wait_spill_reports(s, time.monotonic() + 30) and tally.asked == ["02000000"] * 3
+    tally.seen = [-10**6]  # the scheduler restarted and forgot the job's reports: waited for until the deadline
+    start = time.monotonic()
+    assert not wait_spill_reports(s, start + 0.3)
+    assert len(tally.asked) > 3
+
+
+def test_the_spill_tally_keeps_the_jobs_reported_most_recently():
+    from fabric.core.scheduling.reports import SpillTally
+
+    tally = SpillTally()
+    tally.MAX_JOBS = 2
+    tally.add("a", 2)
+    tally.add("b", 1)
+    tally.add("a", 1)  # a reported again: b is now the oldest
+    tally.add("c", 4)
+    assert (tally.of("a"), tally.of("b"), tally.of("c")) == (3, 0, 4)

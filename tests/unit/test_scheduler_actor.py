@@ -11,6 +11,7 @@ import pytest
 from actors.fleet_feed import FleetChange
 from actors.scheduler import Scheduler, SchedulerActor, stimulus_for
 from fabric import CapacityError, ComputeTier
+from fabric.core.errors import MessageError
 from fabric.core.placement import Requirement
 from fabric.core.scheduling import NodeChanged, NodeJoined, NodeLost
 from fabric.rayio.metrics import RecordingMetrics
@@ -202,3 +203,20 @@ def test_an_operator_call_names_a_node_by_name_or_id():
             await sched.cordon("nope")
 
     run(go())
+
+
+def test_spilled_calls_are_tallied_per_ray_job_run_or_refused_and_only_run_ones_count_as_placements():
+    """A worker's report of spilled calls names its Ray job; the job's driver waits at exit until the
+    scheduler has seen every call it spilled (``spilled_seen``). Refused calls are seen, not placed."""
+    sched, _ = scheduler()
+    sched.report_calls(3, 1, "02000000")
+    sched.report_calls(0, 0, "02000000", 2)  # two refused past their queue deadline
+    sched.report_calls(1, 0, "03000000")
+    sched.report_calls(4, 2)  # a driver's own calls on leased slots: no job named
+    assert (sched.spilled_seen("02000000"), sched.spilled_seen("03000000"), sched.spilled_seen("ff")) == (5, 1, 0)
+    counters = sched.metrics()
+    assert counters["placements_succeeded"] == 8 and counters["fallbacks"] == 3
+    with pytest.raises(MessageError, match="job_id"):
+        sched.report_calls(1, 0, "")
+    with pytest.raises(MessageError, match="refused"):
+        sched.report_calls(1, 0, "02000000", -1)

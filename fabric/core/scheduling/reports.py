@@ -48,3 +48,24 @@ class CallCounts:
         """A report that could not be sent: counted again, for the next one."""
         self.placed += report[0]
         self.fallbacks += report[1]
+
+
+class SpillTally:
+    """Per Ray job, how many of its spilled calls its workers have reported (ran or refused), for
+    the job's driver to wait on at exit: a driver's workers die with it, and a worker's last report
+    is an actor call that a busy machine may take seconds to send. Keeps the ``MAX_JOBS`` jobs
+    reported most recently (a scheduler lives through many jobs)."""
+
+    MAX_JOBS = 1024
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def add(self, job_id: str, calls: int) -> None:
+        seen = self.seen.pop(job_id, 0) + calls  # re-inserted: the newest report last
+        self.seen[job_id] = seen
+        while len(self.seen) > self.MAX_JOBS:
+            del self.seen[next(iter(self.seen))]
+
+    def of(self, job_id: str) -> int:
+        return self.seen.get(job_id, 0)
