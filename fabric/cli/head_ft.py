@@ -270,6 +270,42 @@ def report_after_start(ft: FaultTolerance, gcs: str, token: str | None, held: bo
         return f"{ft.describe()} (could not read the node table: {type(exc).__name__})"
 
 
+def report_when_up(ft: FaultTolerance, gcs: str, token: str | None, wait_s: float = 120.0, table: Table | None = None,
+                   sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> str:
+    """``report_after_start`` for a head whose ``ray start`` stays in the foreground (``--block``)
+    and whose store held a cluster: once its GCS answers (at most ``wait_s``), the recovery line."""
+    read = table if table is not None else (lambda: node_table(gcs, token))
+    deadline = clock() + wait_s
+    while read() is None:
+        if clock() >= deadline:
+            return f"{ft.describe()} (the head's GCS at {gcs} did not answer in {wait_s:.0f} s: no recovery report)"
+        sleep(0.5)
+    try:
+        return recovery_line(ft, read, True, sleep=sleep, clock=clock)
+    except Exception as exc:  # noqa: BLE001 -- a report must never fail the start
+        return f"{ft.describe()} (could not read the node table: {type(exc).__name__})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m fabric.cli.head_ft report GCS MODE STORE``: ``start-head --block`` runs this beside
+    its ``ray start`` (which it becomes) when the store held a cluster, to print the recovery line
+    (STORE: the embedded store's folder, or the Redis address; no password is needed to read the
+    node table, which goes through the GCS with the token in this process's environment)."""
+    import os
+    import sys
+
+    from fabric.cli.join_checks import join_token
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 4 or args[0] != "report" or args[2] not in ("embedded", "redis"):
+        print("usage: python -m fabric.cli.head_ft report GCS embedded|redis STORE", file=sys.stderr)
+        return 2
+    gcs, mode, where = args[1:]
+    ft = FaultTolerance(mode, store_dir=Path(where)) if mode == "embedded" else FaultTolerance(mode, redis_address=where)
+    print(report_when_up(ft, gcs, join_token(os.environ, Path.home(), None).token), flush=True)
+    return 0
+
+
 def head_start_env(ft: FaultTolerance, base: Mapping[str, str]) -> dict[str, str]:
     """``base`` without a store another shell named, plus this head's store."""
     dropped = ("RAY_gcs_storage", "RAY_gcs_storage_path", "RAY_REDIS_ADDRESS", PASSWORD_ENV)
@@ -283,5 +319,9 @@ def scrub(text: str, ft: FaultTolerance | None) -> str:
 
 __all__ = ["DEFAULT_OUTAGE_TOLERANCE_S", "FaultTolerance", "RECONNECT_ENV", "add_head_flags", "add_join_flags", "answers",
            "clear_stale_current_cluster", "earlier_workers", "fault_tolerance", "head_gcs_address", "head_start_env",
-           "held_earlier_cluster", "join_env", "node_table", "recovery_line", "report_after_start", "scrub", "temp_dir"]
+           "held_earlier_cluster", "join_env", "node_table", "recovery_line", "report_after_start", "report_when_up", "scrub", "temp_dir"]
 
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -76,7 +76,9 @@ class NetnsHeadFleet(StartClose):
 
     # -- what chaos_head drives ----------------------------------------------------------------------
     def _argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "fabric.testing.chaos_driver", *args]
+        # attached to n1's own raylet: left to itself, Ray finds the head's raylet (its session folder
+        # is on the shared disk) and gives the driver the head's address, which nobody in n1 answers
+        return [sys.executable, "-m", "fabric.testing.chaos_driver", "--node-ip", self.fleet.hosts["n1"].address, *args]
 
     def driver(self, *args: str, timeout_s: float = 300.0) -> Any:
         """One chaos driver command in ``n1``'s namespace, to its end; its answer."""

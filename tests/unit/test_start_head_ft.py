@@ -13,8 +13,9 @@ import pytest
 from fabric.cli import main
 from fabric.cli.head_ft import (
     FaultTolerance, clear_stale_current_cluster, earlier_workers, fault_tolerance, held_earlier_cluster, join_env, recovery_line,
-    scrub, temp_dir,
+    report_when_up, scrub, temp_dir,
 )
+from fabric.cli.head_ft import main as head_ft_main
 from fabric.cli.ray_start_env import PASSWORD_ENV, with_password
 
 PW = "pw-do-not-show-93f1"
@@ -175,6 +176,21 @@ def test_recovery_gives_up_after_the_wait_and_counts_those_back():
     line = recovery_line(ft, lambda: [("h", True, True), ("w1", True, False), ("w2", False, False)], held=False, wait_s=5,
                          clock=clock, sleep=clock.sleep)
     assert line == "recovered the cluster (redis r:1): 1 of 2 worker nodes came back" and clock.now >= 5
+
+
+def test_a_blocking_head_reports_its_recovery_once_its_gcs_answers(tmp_path):
+    """``start-head --block`` becomes ``ray start``: a helper beside it prints the recovery line once
+    the GCS answers and the earlier workers are back; a GCS that never answers is said so."""
+    ft = FaultTolerance("embedded", store_dir=tmp_path / "gcs")
+    tables = iter([None, None, [("new-head", True, True), ("w1", False, False)],
+                   [("new-head", True, True), ("w1", True, False)]])
+    clock = Clock()
+    line = report_when_up(ft, "h:6379", None, table=lambda: next(tables), clock=clock, sleep=clock.sleep)
+    assert line == f"recovered the cluster (embedded store {tmp_path / 'gcs'}): 1 of 1 worker nodes came back"
+    clock = Clock()
+    line = report_when_up(ft, "h:6379", None, wait_s=3, table=lambda: None, clock=clock, sleep=clock.sleep)
+    assert "did not answer in 3 s" in line and clock.now >= 3
+    assert head_ft_main(["report", "h:1", "nfs", "x"]) == 2  # not a store
 
 
 def test_a_fresh_store_says_new_and_off_says_off(tmp_path):
