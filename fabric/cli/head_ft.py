@@ -270,10 +270,13 @@ def report_after_start(ft: FaultTolerance, gcs: str, token: str | None, held: bo
         return f"{ft.describe()} (could not read the node table: {type(exc).__name__})"
 
 
-def report_when_up(ft: FaultTolerance, gcs: str, token: str | None, wait_s: float = 120.0, table: Table | None = None,
-                   sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> str:
-    """``report_after_start`` for a head whose ``ray start`` stays in the foreground (``--block``)
-    and whose store held a cluster: once its GCS answers (at most ``wait_s``), the recovery line."""
+def report_when_up(ft: FaultTolerance, gcs: str, token: str | None, held: bool, wait_s: float = 120.0,
+                   table: Table | None = None, sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic) -> str | None:
+    """``report_after_start`` for a head whose ``ray start`` stays in the foreground (``--block``):
+    once its GCS answers (at most ``wait_s``), the recovery line when the store held a cluster (the
+    embedded store says so before the start, ``held``; Redis's node table after), else None (a
+    fresh start, said before ``ray start`` began)."""
     read = table if table is not None else (lambda: node_table(gcs, token))
     deadline = clock() + wait_s
     while read() is None:
@@ -281,28 +284,32 @@ def report_when_up(ft: FaultTolerance, gcs: str, token: str | None, wait_s: floa
             return f"{ft.describe()} (the head's GCS at {gcs} did not answer in {wait_s:.0f} s: no recovery report)"
         sleep(0.5)
     try:
-        return recovery_line(ft, read, True, sleep=sleep, clock=clock)
+        line = recovery_line(ft, read, held, sleep=sleep, clock=clock)
     except Exception as exc:  # noqa: BLE001 -- a report must never fail the start
         return f"{ft.describe()} (could not read the node table: {type(exc).__name__})"
+    return line if line.startswith("recovered") else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fabric.cli.head_ft report GCS MODE STORE``: ``start-head --block`` runs this beside
-    its ``ray start`` (which it becomes) when the store held a cluster, to print the recovery line
-    (STORE: the embedded store's folder, or the Redis address; no password is needed to read the
-    node table, which goes through the GCS with the token in this process's environment)."""
+    """``python -m fabric.cli.head_ft report GCS MODE STORE HELD``: ``start-head --block`` runs this
+    beside its ``ray start`` (which it becomes) to print the recovery line of a restarted head
+    (STORE: the embedded store's folder, or the Redis address; HELD: 1 when the embedded store held
+    a cluster). Reading the node table needs no password: it goes through the GCS, with the token in
+    this process's environment."""
     import os
     import sys
 
     from fabric.cli.join_checks import join_token
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 4 or args[0] != "report" or args[2] not in ("embedded", "redis"):
-        print("usage: python -m fabric.cli.head_ft report GCS embedded|redis STORE", file=sys.stderr)
+    if len(args) != 5 or args[0] != "report" or args[2] not in ("embedded", "redis") or args[4] not in ("0", "1"):
+        print("usage: python -m fabric.cli.head_ft report GCS embedded|redis STORE 0|1", file=sys.stderr)
         return 2
-    gcs, mode, where = args[1:]
+    gcs, mode, where, held = args[1:]
     ft = FaultTolerance(mode, store_dir=Path(where)) if mode == "embedded" else FaultTolerance(mode, redis_address=where)
-    print(report_when_up(ft, gcs, join_token(os.environ, Path.home(), None).token), flush=True)
+    line = report_when_up(ft, gcs, join_token(os.environ, Path.home(), None).token, held == "1")
+    if line is not None:
+        print(line, flush=True)
     return 0
 
 

@@ -287,10 +287,10 @@ def run_start(args: argparse.Namespace) -> int:
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             print(f"the head's versions are recorded for joining nodes once it answers ({local_versions().summary()})")
             print("\n".join([*([ft.describe(not held)] if ft is not None else []), *told]), flush=True)
-            if ft is not None and ft.mode != "off" and held:  # a restart: the recovery line comes once the workers are back
+            if ft is not None and ft.mode != "off":  # after a restart, the recovery line once the workers are back
                 where = str(ft.store_dir) if ft.mode == "embedded" else str(ft.redis_address)
-                subprocess.Popen([sys.executable, "-m", "fabric.cli.head_ft", "report", gcs, ft.mode, where], env=run_env,
-                                 stdin=subprocess.DEVNULL)
+                subprocess.Popen([sys.executable, "-m", "fabric.cli.head_ft", "report", gcs, ft.mode, where, str(int(held))],
+                                 env=run_env, stdin=subprocess.DEVNULL)
         # ray start stays in the foreground: become it, so that signals (and a supervisor's
         # pid) reach ray start itself and it stops its node's processes.
         os.execve(argv[0], argv, run_env)

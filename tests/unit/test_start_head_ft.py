@@ -180,17 +180,23 @@ def test_recovery_gives_up_after_the_wait_and_counts_those_back():
 
 def test_a_blocking_head_reports_its_recovery_once_its_gcs_answers(tmp_path):
     """``start-head --block`` becomes ``ray start``: a helper beside it prints the recovery line once
-    the GCS answers and the earlier workers are back; a GCS that never answers is said so."""
+    the GCS answers and the earlier workers are back (Redis: known from the node table); a fresh
+    start prints nothing more; a GCS that never answers is said so."""
     ft = FaultTolerance("embedded", store_dir=tmp_path / "gcs")
     tables = iter([None, None, [("new-head", True, True), ("w1", False, False)],
                    [("new-head", True, True), ("w1", True, False)]])
     clock = Clock()
-    line = report_when_up(ft, "h:6379", None, table=lambda: next(tables), clock=clock, sleep=clock.sleep)
+    line = report_when_up(ft, "h:6379", None, True, table=lambda: next(tables), clock=clock, sleep=clock.sleep)
     assert line == f"recovered the cluster (embedded store {tmp_path / 'gcs'}): 1 of 1 worker nodes came back"
+    redis = FaultTolerance("redis", redis_address="r:1")
+    rows = [("old-head", False, True), ("new-head", True, True), ("w1", True, False)]
+    assert report_when_up(redis, "h:6379", None, False, table=lambda: rows) == "recovered the cluster (redis r:1): 1 of 1 worker nodes came back"
+    assert report_when_up(redis, "h:6379", None, False, table=lambda: [("head", True, True)]) is None  # fresh
     clock = Clock()
-    line = report_when_up(ft, "h:6379", None, wait_s=3, table=lambda: None, clock=clock, sleep=clock.sleep)
-    assert "did not answer in 3 s" in line and clock.now >= 3
-    assert head_ft_main(["report", "h:1", "nfs", "x"]) == 2  # not a store
+    line = report_when_up(ft, "h:6379", None, True, wait_s=3, table=lambda: None, clock=clock, sleep=clock.sleep)
+    assert line is not None and "did not answer in 3 s" in line and clock.now >= 3
+    assert head_ft_main(["report", "h:1", "nfs", "x", "1"]) == 2  # not a store
+    assert head_ft_main(["report", "h:1", "redis", "r:1"]) == 2  # HELD missing
 
 
 def test_a_fresh_store_says_new_and_off_says_off(tmp_path):
