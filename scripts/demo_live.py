@@ -330,7 +330,7 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
 
     from fabric import adaptive
     from fabric.core import names
-    from fabric.rayio.worker_calls import SpillCounts
+    from fabric.runtime.session import spill_reports_in
     from fabric.testing import LocalFabric
 
     def say(text: str) -> None:
@@ -388,7 +388,7 @@ def run_demo(args: argparse.Namespace, console: Console, log: DriverLog) -> int:
                 say(rejoin(lf, handle, transcode, clip_ref, name_of, fleet_maps))
                 tier_of, name_of = fleet_maps()
             results = run_burst(transcode, clip_ref, args.tasks, "transcodes", console, maybe_kill)
-            time.sleep(SpillCounts.QUIET_S + 2 * SpillCounts.POLL_S)  # the workers' last fallback reports arrive
+            spill_reports_in()  # the workers' last fallback reports are in
             t2, n2 = fleet_maps()
             tier_of.update(t2)
             name_of.update(n2)

@@ -206,6 +206,18 @@ def flush_calls(timeout_s: float = ANSWER_TIMEOUT_S) -> None:
             pass
 
 
+def spill_reports_in(timeout_s: float = EXIT_WAIT_S) -> bool:
+    """Wait until the scheduler has seen the workers' reports of every call this process spilled
+    (at most ``timeout_s``): its fallback counts are then complete. Whether they are."""
+    s = _current
+    if s is None or not s.connected or not s.calls.spilled:
+        return True
+    try:
+        return wait_spill_reports(s, time.monotonic() + timeout_s)
+    except Exception:  # the scheduler is away: the counts are what they are
+        return False
+
+
 def _at_exit() -> None:
     """At exit, before Ray's shutdown: the last counts go out, and a session that spilled calls
     waits until their workers' reports are in (at most ``EXIT_WAIT_S``)."""

@@ -211,6 +211,19 @@ def test_an_exiting_driver_waits_until_the_scheduler_saw_every_call_it_spilled_a
     assert len(tally.asked) > 3
 
 
+def test_a_driver_can_wait_for_its_spilled_calls_reports_before_it_reads_its_fallbacks(monkeypatch):
+    from fabric.runtime import session
+
+    assert session.spill_reports_in(0.1)  # nothing connected: nothing to wait for
+    tally = Tally()
+    s = session.Session(tally, None)
+    s.scheduler = tally
+    s.calls.close()
+    s.calls.spilled_call()
+    monkeypatch.setattr(session, "_current", s)
+    assert session.spill_reports_in(5) and tally.asked == ["02000000"]
+
+
 def test_the_spill_tally_keeps_the_jobs_reported_most_recently():
     from fabric.core.scheduling.reports import SpillTally
 
