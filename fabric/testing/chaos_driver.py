@@ -111,12 +111,18 @@ def where(job_ids: list[str]) -> dict[str, Any]:
     return out
 
 
-def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victim: str) -> dict[str, Any]:
+def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victim: str,
+         jobs: list[str] | None = None, watched: list[str] | None = None) -> dict[str, Any]:
+    """Calls at a steady rate until ``stop`` exists, the registry's view of ``victim`` every
+    ``MONITOR_EVERY_S`` into ``monitor``; the outcome, where ``jobs`` run at the end (``where``: the
+    next scenario's victim), and the instances of ``watched`` before the first call and after the
+    last (``instances_before`` / ``instances_after``): no driver of their own for either."""
     from fabric import adaptive
     from fabric.core.names import TIER_LABEL
     from fabric.testing.chaos_load import Load, started
 
     handle = _attach()
+    instances_before = instances(watched) if watched else {}
     before = {r.node_id for r in handle.records()} | {r.node_id for r in handle.collected()}
     newest = handle.events(limit=-1)
     since = newest[-1]["seq"] if newest else 0
@@ -144,7 +150,9 @@ def load(log: str, calls: int, duration_s: float, monitor: str, stop: str, victi
     return {"accepted": work.submitted, "completed": sorted(completed), "failed": failed, "refused": work.refused, "refusals": work.refusals,
             "records_before": sorted(before), "records_after": sorted({r.node_id for r in records}),
             "tiers": {r.node_id: r.labels.get(TIER_LABEL, "") for r in records}, "job_events": moves,
-            "active_named_victim": sum(1 for r in handle.records(["active"]) if r.name == victim)}
+            "active_named_victim": sum(1 for r in handle.records(["active"]) if r.name == victim),
+            "where": where(jobs) if jobs else {}, "instances_before": instances_before,
+            "instances_after": instances(watched) if watched else {}}
 
 
 def instances(job_ids: list[str]) -> dict[str, Any]:
@@ -209,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ld = sub.add_parser("load")
     for name in ("log", "calls", "duration_s", "monitor", "stop", "victim"):
         ld.add_argument(name, type=int if name == "calls" else float if name == "duration_s" else str)
+    ld.add_argument("--where", metavar="JOB_IDS", help="comma-separated: report where these jobs run at the end")
+    ld.add_argument("--instances", metavar="JOB_IDS", help="comma-separated: these jobs' instances before and after")
     s = sub.add_parser("stop")
     s.add_argument("job_ids", nargs="+")
     i = sub.add_parser("instances")
@@ -221,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "where":
         out = where(args.job_ids)
     elif args.command == "load":
-        out = load(args.log, args.calls, args.duration_s, args.monitor, args.stop, args.victim)
+        out = load(args.log, args.calls, args.duration_s, args.monitor, args.stop, args.victim,
+                   args.where.split(",") if args.where else None, args.instances.split(",") if args.instances else None)
     elif args.command == "instances":
         out = instances(args.job_ids)
     elif args.command == "scheduler-pid":

@@ -91,12 +91,12 @@ def head_restart(fleet: RestartableHead, jobs: list[str], ticks: Path, work: Pat
                  name: str = "head_restart") -> dict[str, Any]:
     """Run the scenario (see the module docstring) on ``fleet``, whose ``jobs`` write their ticks
     under ``ticks``; ``work`` holds the run log. The chaos JSON."""
-    before = fleet.driver("instances", *jobs)
     folder = work / name
     folder.mkdir(parents=True)
     log, monitor, stop = folder / "calls.log", folder / "monitor.jsonl", folder / "stop"
     window_start = time.time()
-    load = fleet.spawn_driver("load", str(log), str(t.calls), str(t.load_s), str(monitor), str(stop), "head")
+    load = fleet.spawn_driver("load", str(log), str(t.calls), str(t.load_s), str(monitor), str(stop), "head",
+                              "--instances", ",".join(jobs))  # the instances before the first call and after the last
     try:
         wait_until(lambda: load.poll() is not None or read_run_log(log), "the first call of the load", timeout_s=120, every_s=0.1)
         if load.poll() is not None:
@@ -128,7 +128,7 @@ def head_restart(fleet: RestartableHead, jobs: list[str], ticks: Path, work: Pat
     result = result_of(out)
     if load.returncode != 0 or result is None:
         raise RuntimeError(f"chaos driver load failed ({load.returncode}): {out[-800:]}{err[-2500:]}")
-    after = fleet.driver("instances", *jobs)
+    before, after = result["instances_before"], result["instances_after"]
     runs = read_run_log(log)
     tiers = result["tiers"]
     outcome = score(name, accepted=result["accepted"], completed=result["completed"], failed=result["failed"],

@@ -118,6 +118,8 @@ class NetnsChaos:
         health = timings.ray_health or {}
         self.fleet = NetnsFleet(auth=auth, ray_defaults=timings.ray_health is None, **health)
         self.jobs: list[str] = []
+        self.where: dict[str, str | None] = {}
+        """Job id -> the Ray node id it ran on when the last scenario's load ended (empty: ask)."""
 
     # -- the fleet ---------------------------------------------------------------------------------------
     def __enter__(self) -> "NetnsChaos":
@@ -163,7 +165,7 @@ class NetnsChaos:
 
     def _victim(self) -> str:
         """The host running the first job (a node, never the head)."""
-        where = self.driver("where", *self.jobs)
+        where = self.where or self.driver("where", *self.jobs)
         ids = self._node_ids()
         for node_id in where.values():
             host = next((h for h, n in ids.items() if n == node_id), None)
@@ -186,7 +188,8 @@ class NetnsChaos:
         window_start = time.time()
         load = subprocess.Popen(["ip", "netns", "exec", self.fleet.hosts["head"].namespace, sys.executable, "-m",
                                  "fabric.testing.chaos_driver", "load", str(log), str(self.t.calls), str(self.t.load_s),
-                                 str(monitor), str(stop), victim], env=self.fleet.driver_env(), cwd=str(self.work),
+                                 str(monitor), str(stop), victim, "--where", ",".join(self.jobs)],
+                                env=self.fleet.driver_env(), cwd=str(self.work),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ray_seen: list[tuple[float, str]] = []
         watching = threading.Event()
@@ -205,6 +208,7 @@ class NetnsChaos:
         result = result_of(out)
         if load.returncode != 0 or result is None:
             raise RuntimeError(f"chaos driver load failed ({load.returncode}): {out[-800:]}{err[-2000:]}")
+        self.where = result.get("where") or {}
         seen = [json.loads(x) for x in monitor.read_text().splitlines() if x.strip()] if monitor.exists() else []
         tiers = result["tiers"]
         outcome = score(name, accepted=result["accepted"], completed=result["completed"], failed=result["failed"],
