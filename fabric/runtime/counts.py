@@ -15,8 +15,9 @@ Spilled calls are still counted by the workers that ran them: only a worker know
 the call, so whether it was a fallback. A worker's reports name its Ray job, and the scheduler
 keeps, per job, how many spilled calls were reported (run, or refused past their queue deadline).
 A driver that spilled waits at exit until the scheduler has seen every one of them, at most
-``EXIT_WAIT_S``: its workers die with it, and on a busy machine a worker's last report (an actor
-call, after a lookup of the scheduler) takes seconds to go out.
+``EXIT_WAIT_S`` (``EXIT_STALL_S`` once the count stops growing): its workers die with it, and on a
+busy machine a worker's last report (an actor call, after a lookup of the scheduler) takes seconds
+to go out.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ EXIT_WAIT_S = 15.0
 It waits that long only when some of its spilled calls never started (still queued, or their
 workers gone): a worker reports within ``CallCounts.QUIET_S`` and a ``POLL_S`` of its last call's
 start, plus an actor call."""
+EXIT_STALL_S = 5.0
+"""The wait also ends once the scheduler's count has not grown for this long: a report lost with
+its worker (a node that died mid-call) never comes, and a retried call counts again anyway."""
 EXIT_POLL_S = 0.1
 
 

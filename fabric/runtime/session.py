@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from fabric.core.errors import SchedulerUnavailableError
 from fabric.core.names import DISPATCHER, SCHEDULER
 from fabric.rayio.scheduler_client import SchedulerClient
-from fabric.runtime.counts import EXIT_POLL_S, EXIT_WAIT_S, CallReporter
+from fabric.runtime.counts import EXIT_POLL_S, EXIT_STALL_S, EXIT_WAIT_S, CallReporter
 
 if TYPE_CHECKING:  # pragma: no cover
     from fabric.core.settings import FabricSettings
@@ -232,15 +232,21 @@ def _at_exit() -> None:
         pass
 
 
-def wait_spill_reports(s: Session, deadline: float) -> bool:
+def wait_spill_reports(s: Session, deadline: float, stall_s: float = EXIT_STALL_S) -> bool:
     """Wait until the scheduler has seen the reports of every call ``s`` spilled (its workers count
-    them: ``fabric.runtime.counts``), or ``deadline`` (``time.monotonic``) passes; whether it saw all."""
+    them: ``fabric.runtime.counts``), or ``deadline`` (``time.monotonic``) passes, or the count has
+    not grown for ``stall_s`` (a report lost with its worker, on a node that died, never comes);
+    whether it saw all."""
     job = s.driver.job_id()
+    last, grew = -1, time.monotonic()
     while True:
         seen = s.driver.answer(s.scheduler.spilled_seen.remote(job), max(0.1, deadline - time.monotonic()))
         if seen >= s.calls.spilled:
             return True
-        if time.monotonic() + EXIT_POLL_S > deadline:
+        now = time.monotonic()
+        if seen != last:
+            last, grew = seen, now
+        if now + EXIT_POLL_S > deadline or now - grew >= stall_s:
             return False
         time.sleep(EXIT_POLL_S)
 

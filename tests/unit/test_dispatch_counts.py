@@ -211,6 +211,24 @@ def test_an_exiting_driver_waits_until_the_scheduler_saw_every_call_it_spilled_a
     assert len(tally.asked) > 3
 
 
+def test_the_exit_wait_ends_once_the_count_stops_growing():
+    """A report lost with its worker (its node died mid-call) never comes: no growth for
+    ``stall_s`` ends the wait long before the deadline."""
+    from fabric.runtime.session import Session, wait_spill_reports
+
+    tally = Tally()
+    tally.remote = lambda *a, **k: Ref()  # the count stays where it is
+    tally.seen = [1]
+    s = Session(tally, None)
+    s.scheduler = tally
+    s.calls.close()
+    for _ in range(3):
+        s.calls.spilled_call()
+    start = time.monotonic()
+    assert not wait_spill_reports(s, start + 30, stall_s=0.2)
+    assert time.monotonic() - start < 5
+
+
 def test_a_driver_can_wait_for_its_spilled_calls_reports_before_it_reads_its_fallbacks(monkeypatch):
     from fabric.runtime import session
 
