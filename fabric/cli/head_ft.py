@@ -260,12 +260,14 @@ def recovery_line(ft: FaultTolerance, table: Table, held: bool, wait_s: float = 
     return f"recovered the cluster ({ft.where()}): {len(alive)} of {len(earlier)} worker nodes came back"
 
 
-def report_after_start(ft: FaultTolerance, gcs: str, token: str | None, held: bool) -> str:
-    """``recovery_line`` against the live head at ``gcs``."""
+def report_after_start(ft: FaultTolerance, gcs: str, token: str | None, held: bool, table: Table | None = None,
+                       sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> str:
+    """``recovery_line`` against the live head at ``gcs`` (or ``table``, its node table)."""
     if ft.mode == "off":
         return ft.describe()
     try:
-        return recovery_line(ft, lambda: node_table(gcs, token), held)
+        return recovery_line(ft, table if table is not None else (lambda: node_table(gcs, token)), held,
+                             sleep=sleep, clock=clock)
     except Exception as exc:  # noqa: BLE001 -- a report must never fail the start
         return f"{ft.describe()} (could not read the node table: {type(exc).__name__})"
 
@@ -283,11 +285,8 @@ def report_when_up(ft: FaultTolerance, gcs: str, token: str | None, held: bool, 
         if clock() >= deadline:
             return f"{ft.describe()} (the head's GCS at {gcs} did not answer in {wait_s:.0f} s: no recovery report)"
         sleep(0.5)
-    try:
-        line = recovery_line(ft, read, held, sleep=sleep, clock=clock)
-    except Exception as exc:  # noqa: BLE001 -- a report must never fail the start
-        return f"{ft.describe()} (could not read the node table: {type(exc).__name__})"
-    return line if line.startswith("recovered") else None
+    line = report_after_start(ft, gcs, token, held, table=read, sleep=sleep, clock=clock)
+    return line if line.startswith(("recovered", ft.describe() + " (could not")) else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
