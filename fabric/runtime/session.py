@@ -226,8 +226,7 @@ def _at_exit() -> None:
         if s is None or not s.connected:
             return
         flush_calls(EXIT_FLUSH_S)
-        if s.calls.spilled:
-            wait_spill_reports(s, time.monotonic() + EXIT_WAIT_S)
+        spill_reports_in(EXIT_WAIT_S)
     except Exception:  # never stand in the way of an exit
         pass
 
