@@ -30,6 +30,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def names(value: object, what: str) -> list[str]:
+    """``value`` as the list of ``what`` names a field holds (a list, tuple or set of strings).
+    Anything else is a ``ValueError`` (which pydantic reports under the field's name), never a
+    ``TypeError``: a single string is not a list of names, nor is a number."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(f"a list of {what} names, got {type(value).__name__}")
+    bad = [item for item in value if not isinstance(item, str)]
+    if bad:
+        raise ValueError(f"a list of {what} names, with a {type(bad[0]).__name__} among them")
+    return list(value)
+
+
 class GpuVendor(str, Enum):
     """GPU vendors the probes recognise (PCI vendor ids 0x10de, 0x1002, 0x8086; Arm Mali by driver)."""
 
@@ -98,7 +110,7 @@ class GpuInfo(_Model):
     @field_validator("encoders", "decoders", mode="before")
     @classmethod
     def _sorted_codecs(cls, v):
-        return tuple(sorted(set(v))) if v is not None else ()
+        return tuple(sorted(set(names(v, "codec")))) if v is not None else ()
 
     @property
     def label_name(self) -> str:
@@ -196,7 +208,7 @@ class NodeCapabilities(_Model):
     @field_validator("roles", mode="before")
     @classmethod
     def _roles(cls, v):
-        roles = tuple(sorted({str(r).strip().lower() for r in (v or ()) if str(r).strip()}))
+        roles = tuple(sorted({r.strip().lower() for r in (names(v, "role") if v is not None else ()) if r.strip()}))
         unknown = [r for r in roles if r not in ROLES]
         if unknown:
             raise ValueError(f"unknown role(s) {unknown}; valid roles: {sorted(ROLES)}")

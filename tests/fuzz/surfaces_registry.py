@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -156,8 +157,38 @@ def _huge_caps(t: tuple[str, int, int]) -> dict[str, Any]:
     return {**caps(node_id), "gpus": [dict(CUDA_GPU, index=i, encoders=codecs) for i in range(max(1, mb * 1000 // width))]}
 
 
+def paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every path into ``doc`` (dict keys and list indexes), parents before children."""
+    out: list[tuple] = []
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        out.append(prefix + (key,))
+        out.extend(paths(value, prefix + (key,)))
+    return out
+
+
+WRONG_TYPES = (1.5, 3, -1, True, None, "h264", "", [1.0], [[1]], [None], {"a": 1}, [{"a": 1}], math.nan)
+"""Values of the wrong shape for some field or other: a number where a list or a string goes, a
+string where a list goes, a list of numbers or lists where a list of names goes, a dict, None."""
+
+
+def wrong_type(doc: Any) -> st.SearchStrategy[Any]:
+    """``doc`` with one field, any of them at any depth, holding a value of the wrong type."""
+    def put(t: tuple[tuple, Any]) -> Any:
+        path, value = t
+        out = copy.deepcopy(doc)
+        node = out
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = copy.deepcopy(value)
+        return out
+
+    return st.tuples(st.sampled_from(paths(doc)), st.sampled_from(WRONG_TYPES)).map(put)
+
+
 _good_caps = st.sampled_from([CPU, GPU, NEW]).map(caps)
 capabilities = _either(_good_caps, st.one_of(
+    st.sampled_from([CPU, GPU, NEW]).flatmap(lambda n: wrong_type(caps(n))),  # a wrong type in any field
     st.sampled_from([CPU, NEW]).map(lambda n: caps(n, gpus=[CUDA_GPU])),  # a CUDA GPU on a CPU-only node
     st.sampled_from([GPU]).map(lambda n: caps(n, gpus=[])),  # a demotion: fine
     st.tuples(st.sampled_from([CPU, GPU, NEW]), mutations(values)).map(lambda t: mutate(copy.deepcopy(caps(t[0])), t[1])),
@@ -170,6 +201,8 @@ capabilities = _either(_good_caps, st.one_of(
 _good_util = st.one_of(st.none(), st.just({"cpu_percent": 12.5, "memory_percent": 40.0}),
                        st.just({"cpu_percent": 1.0, "gpus": [{"index": 0, "gpu_percent": 50.0, "encoder_percent": None}]}))
 utilizations = _either(_good_util, st.one_of(
+    st.sampled_from([{"cpu_percent": 12.5, "memory_percent": 40.0},
+                     {"cpu_percent": 1.0, "gpus": [{"index": 0, "gpu_percent": 50.0, "encoder_percent": None}]}]).flatmap(wrong_type),
     st.fixed_dictionaries({"cpu_percent": st.one_of(nasty_floats, st.text(max_size=5), HUGE_INTS)}),
     st.fixed_dictionaries({"gpus": st.lists(st.fixed_dictionaries({}, optional={
         "index": st.one_of(st.integers(-5, 5), HUGE_INTS), "gpu_percent": nasty_floats, "memory_used_mib": st.integers(),
