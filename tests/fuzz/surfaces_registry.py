@@ -246,6 +246,7 @@ event_models = st.tuples(
     st.sampled_from([START + 600, START + 1e6, START - 5, START + 86_400]),
 ).map(_event)
 event_dicts = st.one_of(
+    event_models.map(lambda e: e.model_dump(mode="json")).flatmap(wrong_type),  # a wrong type in any field
     event_models.map(lambda e: e.model_dump()),
     event_models.map(lambda e: e.model_dump(mode="json")),
     st.tuples(event_models, mutations(values)).map(lambda t: mutate(t[0].model_dump(), t[1])),

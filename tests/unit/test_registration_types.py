@@ -54,20 +54,26 @@ def outcome(read: Any) -> str:
 
 @pytest.mark.parametrize("path", paths(CAPS), ids=lambda p: ".".join(map(str, p)))
 def test_a_wrong_type_in_any_capabilities_field_is_refused_naming_it(path: tuple) -> None:
+    refused = 0
     for value in WRONG:
         doc = with_value(CAPS, path, value)
         for read in (lambda: read_registration(NODE, doc), lambda: read_report(NODE, doc, ["x"])):
             field = outcome(read)
             assert field == "ok" or field.startswith("capabilities"), (path, value, field)
+            refused += field != "ok"
+    assert refused, path  # every field refuses some wrong type
 
 
 @pytest.mark.parametrize("path", paths(UTIL), ids=lambda p: ".".join(map(str, p)))
 def test_a_wrong_type_in_any_utilization_field_is_refused_naming_it(path: tuple) -> None:
+    refused = 0
     for value in WRONG:
         doc = with_value(UTIL, path, value)
         for read in (lambda: read_heartbeat(NODE, doc), lambda: read_registration(NODE, CAPS, doc)):
             field = outcome(read)
             assert field == "ok" or field.startswith("utilization"), (path, value, field)
+            refused += field != "ok"
+    assert refused, path
 
 
 @pytest.mark.parametrize("field", ["roles", "gpus.0.encoders", "gpus.0.decoders"])
@@ -86,3 +92,24 @@ def test_names_keeps_a_list_tuple_or_set_of_strings() -> None:
         names("h264", "codec")
     with pytest.raises(ValueError, match="with a int among them"):
         names(["a", 1], "codec")
+
+
+def _events() -> list[dict[str, Any]]:
+    from fabric.core.events import NodeCordoned, NodeDegraded, NodeFlapHeld, NodeLost
+
+    base = dict(node_id=NODE, name="box", at=100.0, stimulus_id="s")
+    return [e.model_dump(mode="json") for e in (NodeLost(**base, reason="x"), NodeDegraded(**base, reasons=("gpu vanished: X",)),
+                                                NodeFlapHeld(**base, until=700.0, toggles=3), NodeCordoned(**base))]
+
+
+@pytest.mark.parametrize("event", _events(), ids=lambda e: e["kind"])
+def test_a_wrong_type_in_any_field_of_an_event_is_refused_naming_it(event: dict[str, Any]) -> None:
+    from fabric.core.messages import read_events
+
+    for path in paths(event):
+        refused = 0
+        for value in WRONG:
+            field = outcome(lambda: read_events([with_value(event, path, value)], now=100.0))
+            assert field == "ok" or field.startswith("events[0]") or field.startswith("events.0"), (path, value, field)
+            refused += field != "ok"
+        assert refused, path
