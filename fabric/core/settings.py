@@ -217,7 +217,7 @@ class HotSpareSettings(SettingsModel):
     target_count: Annotated[int, Field(ge=0)] = 0
     """Unconsumed spares to keep warm."""
     shape: str | None = None
-    """Candidate shape name to provision (None: the pool's first elastic shape)."""
+    """Candidate shape name to provision (None: the pool's first elastic shape); one of the candidate shapes of the pool's elastic pool tiers."""
     warm_for: tuple[str, ...] = ()
     """Job templates whose artefacts a new spare pre-fetches."""
     reserved_for: tuple[str, ...] = ()
@@ -476,6 +476,9 @@ def _semantic_problems(pieces: _Pieces) -> list[SettingsProblem]:
         if pieces.pool_names_known and op.pool is not None and op.pool not in pool_names:
             out.append(SettingsProblem("unknown_pool", f"{path}.pool", f"unknown pool {op.pool!r}; pools: {known}"))
     seen_spare_pools: set[str] = set()
+    # each named pool's elastic candidate shapes (from its pool tiers that read)
+    elastic_shapes = {name: [sh.name for _, t in tiers if t.scale_out == "elastic" for sh in t.candidate_shapes]
+                      for _, name, tiers in pieces.pools if name is not None}
     for k, hs in pieces.hot_spares:
         path = f"hot_spares.{k}"
         if pieces.pool_names_known and hs.pool not in pool_names:
@@ -483,6 +486,11 @@ def _semantic_problems(pieces: _Pieces) -> list[SettingsProblem]:
         elif hs.pool in seen_spare_pools:
             out.append(SettingsProblem("duplicate_hot_spare_pool", f"{path}.pool", f"pool {hs.pool!r} has two hot-spare entries; one per pool"))
         seen_spare_pools.add(hs.pool)
+        shapes = elastic_shapes.get(hs.pool)
+        if hs.shape is not None and shapes is not None and hs.shape not in shapes:
+            out.append(SettingsProblem(
+                "unknown_shape", f"{path}.shape",
+                f"shape {hs.shape!r} is no candidate shape of pool {hs.pool!r}'s elastic pool tiers; shapes: {shapes}"))
         if hs.exclusive and not hs.reserved_for:
             out.append(SettingsProblem("exclusive_without_reservation", f"{path}.exclusive", "exclusive spares need reserved_for templates"))
     h = pieces.health

@@ -323,6 +323,17 @@ def test_validation_reports_every_problem_at_once():
                                                           key=lambda x: int(x.split(".")[1]))
 
 
+def test_the_settings_refuse_an_unknown_shape_at_start_as_the_live_update_does():
+    doc = S.model_dump(mode="json")
+    doc["hot_spares"] = [{"pool": "default", "target_count": 1, "shape": "huge"}]
+    with pytest.raises(SettingsError) as err:
+        FabricSettings.load(doc)
+    assert [(p.code, p.path) for p in err.value.problems] == [("unknown_shape", "hot_spares.0.shape")]
+    assert "huge" in err.value.problems[0].message and "only-cloud" in err.value.problems[0].message
+    doc["hot_spares"] = [{"pool": "default", "target_count": 1, "shape": "only-cloud"}]
+    assert FabricSettings.load(doc).hot_spares[0].shape == "only-cloud"
+
+
 def test_a_valid_list_parses_and_a_non_list_is_refused():
     parsed = parse_hot_spares([spec(1, shape="only-cloud"), {"pool": "edge", "target_count": 2}], S)
     assert parsed == (spec(1, shape="only-cloud"), spec(2, pool="edge"))

@@ -3,10 +3,10 @@
 ``validate_hot_spares(entries, settings)`` checks a replacement ``hot_spares`` list against the
 settings in force the way ``FabricSettings.load`` checks it at boot (it runs that same
 validation over the settings with the list swapped in, so the rules live in one place:
-structure, ``unknown_pool``, ``duplicate_hot_spare_pool``, ``exclusive_without_reservation``, a
-negative ``target_count``), adds the one check boot does not make (``unknown_shape``: a
-``shape`` that names no candidate shape of the pool's elastic pool tiers), and raises one
-``SettingsError`` with every problem, paths as in a settings file (``hot_spares.1.shape``).
+structure, ``unknown_pool``, ``duplicate_hot_spare_pool``, ``exclusive_without_reservation``,
+``unknown_shape`` (a ``shape`` that names no candidate shape of the pool's elastic pool tiers), a
+negative ``target_count``) and raises one ``SettingsError`` with every problem, paths as in a
+settings file (``hot_spares.1.shape``).
 ``diff_hot_spares(old, new)`` says per pool what was added, removed or changed.
 """
 
@@ -15,8 +15,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
-
-from pydantic import ValidationError
 
 from fabric.core.errors import SettingsError, SettingsProblem
 from fabric.core.placement.records import NodeRecord
@@ -27,25 +25,6 @@ _ENTRY_INDEX = re.compile(r"^hot_spares\.(\d+)(\.|$)")
 
 def _raw(entry: Any) -> Any:
     return entry.model_dump() if isinstance(entry, HotSpareSettings) else entry
-
-
-def _shape_problems(raw_entries: Sequence[Any], settings: FabricSettings) -> list[SettingsProblem]:
-    out: list[SettingsProblem] = []
-    pools = {p.name: p for p in settings.pools}
-    for k, raw in enumerate(raw_entries):
-        try:
-            hs = HotSpareSettings.model_validate(raw)
-        except ValidationError:
-            continue  # its structural problems are reported already
-        pool = pools.get(hs.pool)
-        if pool is None or hs.shape is None:
-            continue
-        shapes = [s.name for t in pool.tiers if t.scale_out == "elastic" for s in t.candidate_shapes]
-        if hs.shape not in shapes:
-            out.append(SettingsProblem(
-                "unknown_shape", f"hot_spares.{k}.shape",
-                f"shape {hs.shape!r} is no candidate shape of pool {hs.pool!r}'s elastic pool tiers; shapes: {shapes}"))
-    return out
 
 
 def _order(p: SettingsProblem) -> tuple[int, str]:
@@ -66,8 +45,6 @@ def parse_hot_spares(entries: Any, settings: FabricSettings) -> tuple[HotSpareSe
         parsed = FabricSettings.load(doc)
     except SettingsError as exc:
         problems += [p for p in exc.problems if p.path == "hot_spares" or p.path.startswith("hot_spares.")]
-    if isinstance(raw_entries, list):
-        problems += _shape_problems(raw_entries, settings)
     if problems:
         raise SettingsError(sorted(problems, key=_order))
     if parsed is None:  # the only problems were elsewhere in the settings: the list itself is fine
