@@ -11,6 +11,9 @@ the head like the scheduler. It runs its own asyncio event loop in a thread and 
 - the read-only JSON view ``GET /api/capabilities/nodes`` (``fabric.api.http_view.make_app``) on
   ``api.host:api.http_port``.
 
+``ListNodes`` and the view list every node the registry holds, offline and dead ones too
+(``every_node``), each with the scheduler's view of it where it has one.
+
 Both take the bearer token in ``api_token`` (0600) in the store's folder (``store.path``'s, else
 the registry's default store path's), made at the first start and kept across restarts. A
 non-loopback ``api.host`` without ``api.allow_remote`` is refused here too (``SettingsError``
@@ -71,18 +74,38 @@ async def spares_status() -> list[dict[str, Any]]:
     return [await ray.get_actor(n, namespace=NAMESPACE).status.remote() for n in names]
 
 
+def every_node(scheduler: AsyncSchedulerApi) -> Callable[[], Any]:
+    """The node list of ``ListNodes`` and the JSON view: every record of the registry actor, whatever
+    its status, with the scheduler's live view and the jobs bound there (``fabric.core.node_view.every_node``)."""
+    async def nodes() -> list[Any]:
+        import time
+
+        from fabric.core.names import REGISTRY
+        from fabric.core.node_view import every_node as merge
+
+        registry = ray.get_actor(REGISTRY, namespace=NAMESPACE)
+        records = await registry.records.remote(None)
+        now = time.time()
+        return merge([r.to_node_record(now) for r in records], await scheduler.nodes(), await scheduler.job_statuses())
+
+    return nodes
+
+
 async def start_servers(scheduler: AsyncSchedulerApi, api: ApiSettings, token: str, *, events: EventsReader = "job_events",
                         poll_s: float = 0.2, settings: Callable[[], FabricSettings] | None = None,
-                        spares: SparesReader | None = None) -> tuple[dict[str, str | None], list[Callable]]:
+                        spares: SparesReader | None = None,
+                        nodes: Callable[[], Any] | None = None) -> tuple[dict[str, str | None], list[Callable]]:
     """Start the gRPC server (and the JSON view when ``fabric.api.http_view`` is there) on the running
     loop: their addresses ``{"grpc": "host:port", "http": "host:port" | None}`` and their stoppers.
     ``settings``: the settings in force, for the API's ``GetSettings`` and ``ListPools``; ``spares``:
-    the hot spares' status, for ``ListPools``."""
+    the hot spares' status, for ``ListPools``; ``nodes``: what ``ListNodes`` and the view list (None:
+    the scheduler's fleet)."""
     refuse_remote(api)
     from fabric.api.server import serve
 
+    nodes = nodes or scheduler.nodes
     server, port = await serve(scheduler, token, api.host, api.port, events_method=events, poll_s=poll_s, settings=settings,
-                               spares=spares)
+                               spares=spares, nodes=nodes)
     stoppers: list[Callable] = [lambda: server.stop(1.0)]
     addresses: dict[str, str | None] = {"grpc": _hostport(api.host, port), "http": None}
     try:
@@ -91,7 +114,7 @@ async def start_servers(scheduler: AsyncSchedulerApi, api: ApiSettings, token: s
         return addresses, stoppers
     from aiohttp import web
 
-    runner = web.AppRunner(make_app(scheduler.nodes, token), access_log=None)
+    runner = web.AppRunner(make_app(nodes, token), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, api.host, api.http_port)
     try:
@@ -128,7 +151,8 @@ class Operator:
             events = events_method() if scheduler is None else "job_events"
             self._addresses, self._stoppers = self._run(
                 start_servers(self._scheduler, self.settings.api, self._token, events=events, poll_s=poll_s,
-                              settings=self._settings, spares=spares_status if scheduler is None else None))
+                              settings=self._settings, spares=spares_status if scheduler is None else None,
+                              nodes=every_node(self._scheduler) if scheduler is None else None))
         except Exception as exc:  # kept: address() raises it (up() reports it); the actor stays up
             self._error = exc
             print(f"[fabric.operator] the operator API did not start: {type(exc).__name__}: {exc}")

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, TypeVar, cast
+from typing import Callable, Iterable, Iterator, Mapping, TypeVar, cast
 
 import grpc
 
@@ -155,9 +155,10 @@ class ApiClient:
         return ApiError(f"the operator API at {self.address} failed: {code.name}: {details}")
 
     # -- SchedulerApi's methods the commands call --------------------------------------------------------
-    def nodes(self) -> list[NodeRecord]:
-        """The scheduler's fleet view (``ListNodes``)."""
-        reply: pb.ListNodesReply = self._call(self._ops.ListNodes, pb.ListNodesRequest())
+    def nodes(self, statuses: Iterable[str] | None = None) -> list[NodeRecord]:
+        """Every node the registry holds (``ListNodes``), offline and dead ones too, each with the
+        scheduler's view of it; only those of ``statuses`` when given."""
+        reply: pb.ListNodesReply = self._call(self._ops.ListNodes, pb.ListNodesRequest(statuses=list(statuses or ())))
         return [readers.node_record(n) for n in reply.nodes]
 
     def metrics(self) -> dict[str, object]:

@@ -17,7 +17,9 @@ object ``{"nodes": [...], "count": N}``; each entry has the registry shape::
 Security: every request needs ``Authorization: Bearer <token>`` (the operator API's token); a
 missing or wrong one is answered 401 (before routing: an unauthenticated caller learns nothing,
 not even which paths exist). Only that one path is served, only with ``GET``: any other method
-on it is 405, any other path 404. Nothing here changes anything.
+on it is 405, any other path 404. Nothing here changes anything. It lists every node the
+registry holds, whatever its status; ``?status=offline,dead`` (or the parameter repeated) lists
+only those (an unknown status is answered 400, naming ``status``).
 
 ``make_app(nodes, token)`` builds the ``aiohttp`` application; ``nodes`` is an async callable
 returning the records (``NodeRecord``, its ``to_dict()`` form, or anything with ``to_dict``): the
@@ -37,6 +39,7 @@ from typing import Any, Awaitable, Callable, Iterable
 from aiohttp import web
 
 from fabric.core.errors import MessageError
+from fabric.core.node_view import read_statuses
 
 NODES_PATH = "/api/capabilities/nodes"
 """The one path served (the capability registry's URL)."""
@@ -132,9 +135,11 @@ def node_entry(rec: Any) -> dict[str, Any]:
     }
 
 
-def nodes_document(records: Iterable[Any]) -> dict[str, Any]:
-    """The response body: ``{"nodes": [entry, ...], "count": N}``, in node id order."""
-    entries = sorted((node_entry(r) for r in records), key=lambda e: str(e["node_id"]))
+def nodes_document(records: Iterable[Any], statuses: frozenset[str] | None = None) -> dict[str, Any]:
+    """The response body: ``{"nodes": [entry, ...], "count": N}``, in node id order; only the
+    entries whose ``status`` is in ``statuses`` when given."""
+    entries = sorted((e for e in map(node_entry, records) if statuses is None or str(e.get("status")) in statuses),
+                     key=lambda e: str(e["node_id"]))
     return {"nodes": entries, "count": len(entries)}
 
 
@@ -176,8 +181,12 @@ def make_app(nodes: NodesSource, token: str, *, timeout_s: float = NODES_TIMEOUT
 
     async def list_nodes(request: web.Request) -> web.Response:
         try:
+            wanted = read_statuses(request.query.getall("status", None) and ",".join(request.query.getall("status")))
+        except MessageError as exc:
+            return _error(400, str(exc))
+        try:
             records = await asyncio.wait_for(nodes(), timeout_s)
-            body = nodes_document(records)
+            body = nodes_document(records, wanted)
         except asyncio.TimeoutError:
             return _error(504, "the fabric did not answer in time")
         except Exception as exc:  # the scheduler is gone or answered nonsense: say so, stay up

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import pickle
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
@@ -36,12 +36,16 @@ from fabric.core.errors import (
     CapacityError, InvalidSpecError, JobNotFoundError, MessageError, MigrationError, NodeNotFoundError,
     RequirementError, SettingsError, TransitionError,
 )
+from fabric.core.node_view import read_statuses
 from fabric.core.scheduler_api import AsyncSchedulerApi
 from fabric.core.scheduling.messages import read_id
 from fabric.core.settings import FabricSettings
 
 if TYPE_CHECKING:  # pragma: no cover - fabric.api.inspect imports this module
     from fabric.api.inspect import SparesReader
+
+NodesReader = Callable[[], Awaitable[Iterable[Any]]]
+"""An async callable answering node records (``NodeRecord``s)."""
 
 API_VERSION = "fabric.operator.v1"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -103,8 +107,11 @@ class OperatorServicer(pb_grpc.OperatorServicer):
     imports a bundle job's class by path."""
 
     def __init__(self, scheduler: AsyncSchedulerApi, *, events_method: EventsReader = "job_events", poll_s: float = 0.2,
-                 importer: Callable[[str, str], Any] = import_class) -> None:
+                 importer: Callable[[str, str], Any] = import_class, nodes: NodesReader | None = None) -> None:
         self.scheduler = scheduler
+        self.nodes = nodes
+        """What ``ListNodes`` lists: every node the registry holds (``actors.operator.every_node``); None:
+        the scheduler's fleet (where no registry is at hand)."""
         self.events_method = events_method
         self.poll_s = poll_s
         self.importer = importer
@@ -118,7 +125,9 @@ class OperatorServicer(pb_grpc.OperatorServicer):
 
     @guarded
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesReply:
-        return pb.ListNodesReply(nodes=[node_message(r) for r in await self.scheduler.nodes()])
+        wanted = read_statuses(list(request.statuses), "statuses")
+        records = await (self.nodes or self.scheduler.nodes)()
+        return pb.ListNodesReply(nodes=[node_message(r) for r in records if wanted is None or str(getattr(r, "status", "")) in wanted])
 
     @guarded
     async def Cordon(self, request: pb.NodeRequest, context: Any) -> pb.NodeReply:
@@ -319,10 +328,11 @@ def open_method(method: str) -> bool:
 async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1", port: int = 0, *,
                 events_method: EventsReader = "job_events", poll_s: float = 0.2,
                 settings: Callable[[], FabricSettings] | None = None,
-                spares: SparesReader | None = None) -> tuple[grpc.aio.Server, int]:
+                spares: SparesReader | None = None, nodes: NodesReader | None = None) -> tuple[grpc.aio.Server, int]:
     """A started grpc.aio server on ``host:port`` (0: a free port) with the token check, the
     ``Operator`` and ``Inspect`` services (``settings``: the settings in force, for ``GetSettings``
-    and ``ListPools``; None: the defaults; ``spares``: the hot spares' status, for ``ListPools``; None: none), the standard health service (each service SERVING) and server reflection;
+    and ``ListPools``; None: the defaults; ``spares``: the hot spares' status, for ``ListPools``; None: none;
+    ``nodes``: what ``ListNodes`` lists, None: the scheduler's fleet), the standard health service (each service SERVING) and server reflection;
     the server and the port it bound. ``OSError`` when it cannot bind."""
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
     from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
@@ -332,7 +342,8 @@ async def serve(scheduler: AsyncSchedulerApi, token: str, host: str = "127.0.0.1
 
     server = grpc.aio.server(interceptors=[TokenInterceptor(token)], options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
-    pb_grpc.add_OperatorServicer_to_server(OperatorServicer(scheduler, events_method=events_method, poll_s=poll_s), server)
+    pb_grpc.add_OperatorServicer_to_server(OperatorServicer(scheduler, events_method=events_method, poll_s=poll_s, nodes=nodes),
+                                           server)
     inspect_pb2_grpc.add_InspectServicer_to_server(
         InspectServicer(scheduler, settings, events_method=events_method, poll_s=poll_s, spares=spares or no_spares), server)
     checks = health.aio.HealthServicer()

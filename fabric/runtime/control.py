@@ -25,6 +25,7 @@ from fabric.core.jobs.book import JobStatus
 from fabric.core.jobs.bundles import BundleStatus
 from fabric.core.jobs.validation import Admission, ValidationReport
 from fabric.core.names import HEALTH, NAMESPACE, REGISTRY, SCHEDULER
+from fabric.core.node_view import with_scheduler_view
 from fabric.core.placement import Decision, NodeRecord, Requirement
 from fabric.core.records import RegistryRecord
 from fabric.core.scheduler_api import FabricEvent, SchedulerApi
@@ -129,10 +130,21 @@ class FabricHandle(EventsSurface, SparesSurface, MovesSurface):
 
     def nodes(self, statuses: Iterable[str] | None = None) -> list[NodeRecord]:
         """Every node the registry holds, as ``fabric.core.placement.NodeRecord``, with ``running``: the
-        fabric calls running there now."""
+        fabric calls running there now; ``jobs``: the jobs bound there; and ``spare`` (with its
+        reservation) as the spare reconciler tagged it: a spare that took a job is no spare from
+        then on. Without a scheduler (or one that does not answer) ``jobs`` is empty and ``spare``
+        is the node's launch label."""
         running = self._running()
         now = time.time()
-        return [r.to_node_record(now, running=running.get(r.node_id, 0)) for r in self.records(statuses)]
+        records = [r.to_node_record(now, running=running.get(r.node_id, 0)) for r in self.records(statuses)]
+        api = self._scheduler_api_if_up()
+        if api is None:
+            return records
+        try:
+            fleet, jobs = api.nodes(), api.job_statuses()
+        except Exception:  # a scheduler restarting or hung: the registry's view alone
+            return records
+        return with_scheduler_view(records, fleet, jobs)
 
     def node(self, node: str) -> NodeRecord:
         """One node by id, id prefix or name (the newest record of that name)."""

@@ -155,3 +155,32 @@ def test_a_non_loopback_bind_without_allow_remote_is_refused_before_anything_run
     assert [p.path for p in caught.value.problems] == ["api.host"]
     addr, _, _ = operator(lf)
     assert addr["grpc"].startswith("127.0.0.1:")  # the running API is untouched
+
+
+def test_list_nodes_and_the_json_view_list_an_offline_node_and_filter_by_status(lf):
+    """Last in the module: it kills a node. The registry's offline record stays in both lists."""
+    import urllib.request
+
+    import grpc
+
+    from fabric.api import operator_pb2 as pb, operator_pb2_grpc as pb_grpc
+
+    addr, token, _ = operator(lf)
+    victim = lf.nodes[-1]
+    lf.kill_node(victim.name)
+    lf.wait_until(lambda: lf.handle.node(victim.node_id).status.value == "offline", "the killed node offline", timeout_s=60)
+    md = (("authorization", f"Bearer {token}"),)
+    with grpc.insecure_channel(addr["grpc"]) as channel:
+        stub = pb_grpc.OperatorStub(channel)
+        every = {n.node_id: n.status for n in stub.ListNodes(pb.ListNodesRequest(), metadata=md, timeout=30).nodes}
+        offline = [n.node_id for n in stub.ListNodes(pb.ListNodesRequest(statuses=["offline"]), metadata=md, timeout=30).nodes]
+    assert every[victim.node_id] == "offline" and "active" in every.values(), every
+    assert offline == [victim.node_id]
+
+    def view(query: str) -> dict:
+        req = urllib.request.Request(f"http://{addr['http']}/api/capabilities/nodes{query}", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    assert {e["node_id"]: e["status"] for e in view("")["nodes"]} == every
+    assert [e["node_id"] for e in view("?status=offline")["nodes"]] == [victim.node_id]

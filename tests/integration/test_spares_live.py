@@ -94,6 +94,9 @@ def test_a_prefer_spare_job_recovers_onto_a_spare_and_a_replacement_appears(lf):
     second = job.result(job.wait_running(90).where.remote(), timeout_s=60)
     assert second in spares
     assert not h.spare_spec(second).spare  # a spare that took a job is an ordinary node from then on
+    seen = next(n for n in h.nodes() if n.node_id == second)  # the handle's node view says the same
+    assert not seen.spare and job.job_id in seen.jobs, (seen.spare, seen.jobs)
+    assert all(n.spare for n in h.nodes() if n.node_id in spares - {second} and n.status.value == "active")
 
     def replaced():
         live = set(pool_spares(lf)["live"])

@@ -404,3 +404,32 @@ def test_a_body_that_is_not_its_message_is_invalid_argument_and_reaches_no_sched
         assert ok.node_id == "n1" and calls == [("cordon", "n1")]
 
     run(go())
+
+
+def test_list_nodes_lists_the_given_source_filtered_by_status() -> None:
+    from fabric.core.lifecycle import NodeStatus
+    from fabric.core.placement import NodeRecord
+    from fabric.core.placement.synth import node_capabilities
+
+    records = [NodeRecord(node_id=i, name=i, capabilities=node_capabilities("cpu", 4, 4096), status=st)
+               for i, st in (("a", NodeStatus.ACTIVE), ("b", NodeStatus.OFFLINE), ("c", NodeStatus.DEAD))]
+
+    async def source() -> list:
+        return records
+
+    async def go() -> None:
+        fake = FakeScheduler(dict(ANSWERS))
+        server, port = await serve(ByName(fake), TOKEN, "127.0.0.1", 0, nodes=source)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.OperatorStub(ch)
+            every = await stub.ListNodes(pb.ListNodesRequest(), metadata=GOOD)
+            some = await stub.ListNodes(pb.ListNodesRequest(statuses=["offline", "dead"]), metadata=GOOD)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.ListNodes(pb.ListNodesRequest(statuses=["gone"]), metadata=GOOD)
+        await server.stop(None)
+        assert [(n.node_id, n.status) for n in every.nodes] == [("a", "active"), ("b", "offline"), ("c", "dead")]
+        assert [n.node_id for n in some.nodes] == ["b", "c"]
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "statuses" in (caught.value.details() or "")
+        assert "nodes" not in [c[0] for c in fake.calls]  # the source, not the scheduler's fleet
+
+    run(go())

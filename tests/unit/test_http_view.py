@@ -230,3 +230,22 @@ def test_serve_view_binds_and_stops():
 
     port, ok, refused = asyncio.run(main())
     assert port > 0 and ok == (200, 1) and refused == 401
+
+
+def test_status_filters_the_list_and_an_unknown_status_is_400_naming_it():
+    source = Source([record("a", status=NodeStatus.ACTIVE), record("b", status=NodeStatus.OFFLINE),
+                     record("c", status=NodeStatus.DEAD)])
+
+    async def scenario(client):
+        out = {}
+        for query in ("", "?status=offline", "?status=offline,dead", "?status=dead&status=active", "?status=gone"):
+            r = await client.get(NODES_PATH + query, headers=AUTH)
+            out[query] = (r.status, await r.json())
+        return out
+
+    out = serve(source, scenario)
+    ids = {q: [e["node_id"] for e in body["nodes"]] for q, (status, body) in out.items() if status == 200}
+    assert ids == {"": ["a", "b", "c"], "?status=offline": ["b"], "?status=offline,dead": ["b", "c"],
+                   "?status=dead&status=active": ["a", "c"]}
+    status, body = out["?status=gone"]
+    assert status == 400 and body["error"].startswith("status:") and "gone" in body["error"]
