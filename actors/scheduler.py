@@ -487,7 +487,7 @@ class Scheduler:
         return {"instance_id": node.instance_id, "provider": node.provider, "pool": node.pool, "pool_tier": node.pool_tier,
                 "shape": node.shape.name, "spare": node.spare, "name": node.name}
 
-    async def terminate_node(self, provider: str, instance_id: str, reason: str = "", node_id: str | None = None) -> None:
+    async def terminate_instance(self, provider: str, instance_id: str, reason: str = "", node_id: str | None = None) -> None:
         await self.provisioner.terminate(msg.read_id("provider", provider), msg.read_id("instance_id", instance_id), str(reason),
                                          None if node_id is None else msg.read_id("node_id", node_id))
 

@@ -8,7 +8,7 @@ decisions out through the scheduler, which owns the providers and the fleet view
   ``fabric.io/spare=true`` with its pool tier and instance id); the state learns
   ``provision_started``, then ``provision_done`` when a node with that instance id shows up, or
   ``provision_failed`` (a backoff of the entry's ``provision_backoff_s`` follows; no phantom node).
-- ``Abandon`` / ``Reap`` -> ``scheduler.terminate_node`` (only nodes a provider of this fabric made).
+- ``Abandon`` / ``Reap`` -> ``scheduler.terminate_instance`` (only nodes a provider of this fabric made).
 - ``Tag`` -> ``scheduler.set_spare_tags`` (the fabric's own view: Ray labels cannot change).
 - ``Prefetch`` -> the node's ``ProbeActor.prefetch`` (its artifact cache), then an
   ``images_prefetched`` event with the per-artifact results.
@@ -180,7 +180,7 @@ class SpareReconciler:
             elif self.state.provision_started(pid, now):
                 self.instances[k.instance_id] = (pid, k.provider)
             elif self.state.finished.get(pid) is ProvisionPhase.ABANDONED:
-                await sched.terminate_node.remote(k.provider, k.instance_id, "spare abandoned")
+                await sched.terminate_instance.remote(k.provider, k.instance_id, "spare abandoned")
 
     def _templates(self) -> dict[str, tuple[str, ...]]:
         templates = getattr(self.settings, "templates", None) or {}
@@ -214,20 +214,20 @@ class SpareReconciler:
         if self.state.provision_started(d.provision_id, time.monotonic()):
             self.instances[node["instance_id"]] = (d.provision_id, provider)
         else:  # abandoned while it started: give it back
-            await sched.terminate_node.remote(provider, node["instance_id"], "abandoned")
+            await sched.terminate_instance.remote(provider, node["instance_id"], "abandoned")
 
     async def _remove(self, sched: Any, d: Any, by_id: dict[str, Any]) -> None:
         if isinstance(d, Reap):
             rec = by_id.get(d.node_id)
             if rec is None or not rec.instance_id or not rec.provider:
                 return
-            await sched.terminate_node.remote(rec.provider, rec.instance_id, f"spare {d.reason}", d.node_id)
+            await sched.terminate_instance.remote(rec.provider, rec.instance_id, f"spare {d.reason}", d.node_id)
             await sched.record_event.remote("spare_reaped", {"pool": self.pool, "node_id": d.node_id, "reason": d.reason})
             return
         iid = next((i for i, (p, _) in self.instances.items() if p == d.provision_id), None)
         if iid is not None:
             _, provider = self.instances.pop(iid)
-            await sched.terminate_node.remote(provider, iid, f"spare {d.reason}")
+            await sched.terminate_instance.remote(provider, iid, f"spare {d.reason}")
 
     async def _prefetch(self, sched: Any, d: Prefetch) -> None:
         try:

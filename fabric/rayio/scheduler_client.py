@@ -200,8 +200,8 @@ class SchedulerClient:
         return self._answer(self._handle.provision_node.remote(provider, shape, pool, pool_tier, spare, provision_id),
                             None)
 
-    def terminate_node(self, provider: str, instance_id: str, reason: str = "", node_id: str | None = None) -> None:
-        self._answer(self._handle.terminate_node.remote(provider, instance_id, reason, node_id), None)
+    def terminate_instance(self, provider: str, instance_id: str, reason: str = "", node_id: str | None = None) -> None:
+        self._answer(self._handle.terminate_instance.remote(provider, instance_id, reason, node_id), None)
 
     def set_spare_tags(self, node_id: str, spare: bool, reserved_for: Sequence[str] = (), exclusive: bool = False,
                        reason: str = "") -> bool:
@@ -402,9 +402,9 @@ class AsyncSchedulerClient:
                              spare: bool = False, provision_id: str | None = None) -> ProvisionedInfo:
         return await self._handle().provision_node.remote(provider, shape, pool, pool_tier, spare, provision_id)
 
-    async def terminate_node(self, provider: str, instance_id: str, reason: str = "",
+    async def terminate_instance(self, provider: str, instance_id: str, reason: str = "",
                              node_id: str | None = None) -> None:
-        await self._handle().terminate_node.remote(provider, instance_id, reason, node_id)
+        await self._handle().terminate_instance.remote(provider, instance_id, reason, node_id)
 
     async def set_spare_tags(self, node_id: str, spare: bool, reserved_for: Sequence[str] = (), exclusive: bool = False,
                              reason: str = "") -> bool:

@@ -437,7 +437,7 @@ class FakeScheduler:
         self.nodes = _Remote(lambda: list(self.nodes_))
         self.record_event = _Remote(lambda kind, data: self.events.append((kind, data)))
         self.set_spare_tags = _Remote(lambda *a: True)
-        self.terminate_node = _Remote(lambda *a: None)
+        self.terminate_instance = _Remote(lambda *a: None)
         self.provision_node = _Remote(self._provision)
 
     def _provision(self, *args):
