@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Surface", "SURFACES", "register", "run_surface", "ExampleTimeout", "EXAMPLE_TIMEOUT_S"]
+__all__ = ["Surface", "SURFACES", "register", "run_surface", "ExampleTimeout", "EXAMPLE_TIMEOUT_S", "paths", "with_value"]
 
 #: An example that takes longer than this is a crash (a read that blocks forever, a runaway loop).
 EXAMPLE_TIMEOUT_S = 10.0
@@ -218,3 +218,26 @@ def run_surface(surface: Surface, examples: int, seed: int | None = None) -> dic
         if surface.teardown is not None:
             surface.teardown()
     return tally.report()
+
+
+# -- one field at a time ---------------------------------------------------------------------------------
+def paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every path into ``doc`` (dict keys and list indexes), parents before children."""
+    out: list[tuple] = []
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        out.append(prefix + (key,))
+        out.extend(paths(value, prefix + (key,)))
+    return out
+
+
+def with_value(doc: Any, path: tuple, value: Any) -> Any:
+    """A deep copy of ``doc`` whose field at ``path`` (from ``paths``) holds a copy of ``value``."""
+    import copy
+
+    out = copy.deepcopy(doc)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = copy.deepcopy(value)
+    return out

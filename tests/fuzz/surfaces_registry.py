@@ -35,7 +35,7 @@ from fabric.core.events import (NodeAdded, NodeCollected, NodeCordoned, NodeDegr
 from fabric.core.health import ManualClock, RayNodeView
 from fabric.core.lifecycle import NodeStatus
 from fabric.store import FabricStore
-from fabric.testing.fuzz import Surface, register
+from fabric.testing.fuzz import Surface, paths, register, with_value
 from fuzz_values import HUGE_INTS, big_text, mutate, mutations, nasty_floats, values
 
 CPU = "a" * 56  # registered; joined serving cpu_ffmpeg and relay
@@ -157,16 +157,6 @@ def _huge_caps(t: tuple[str, int, int]) -> dict[str, Any]:
     return {**caps(node_id), "gpus": [dict(CUDA_GPU, index=i, encoders=codecs) for i in range(max(1, mb * 1000 // width))]}
 
 
-def paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every path into ``doc`` (dict keys and list indexes), parents before children."""
-    out: list[tuple] = []
-    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
-    for key, value in items:
-        out.append(prefix + (key,))
-        out.extend(paths(value, prefix + (key,)))
-    return out
-
-
 WRONG_TYPES = (1.5, 3, -1, True, None, "h264", "", [1.0], [[1]], [None], {"a": 1}, [{"a": 1}], math.nan)
 """Values of the wrong shape for some field or other: a number where a list or a string goes, a
 string where a list goes, a list of numbers or lists where a list of names goes, a dict, None."""
@@ -174,16 +164,7 @@ string where a list goes, a list of numbers or lists where a list of names goes,
 
 def wrong_type(doc: Any) -> st.SearchStrategy[Any]:
     """``doc`` with one field, any of them at any depth, holding a value of the wrong type."""
-    def put(t: tuple[tuple, Any]) -> Any:
-        path, value = t
-        out = copy.deepcopy(doc)
-        node = out
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = copy.deepcopy(value)
-        return out
-
-    return st.tuples(st.sampled_from(paths(doc)), st.sampled_from(WRONG_TYPES)).map(put)
+    return st.tuples(st.sampled_from(paths(doc)), st.sampled_from(WRONG_TYPES)).map(lambda t: with_value(doc, *t))
 
 
 _good_caps = st.sampled_from([CPU, GPU, NEW]).map(caps)

@@ -4,7 +4,6 @@ each given a number, a string, a list of the wrong things, a dict or None."""
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from fabric.core.capabilities import NodeCapabilities, names
 from fabric.core.errors import RegistrationError
 from fabric.core.messages import read_heartbeat, read_registration, read_report
+from fabric.testing.fuzz import paths, with_value
 
 NODE = "a" * 56
 GPU = {"index": 0, "vendor": "nvidia", "model": "NVIDIA GeForce RTX 4070", "discrete": True, "cuda": True,
@@ -22,24 +22,6 @@ CAPS = NodeCapabilities(name="box", cpu_logical=4, cpu_physical=2, cpu_usable=4,
                         ffmpeg={"listed": ["libx264", "h264_nvenc"], "working": ["libx264"]}).model_dump(mode="json")
 UTIL = {"cpu_percent": 1.0, "memory_percent": 40.0, "gpus": [{"index": 0, "gpu_percent": 50.0, "encoder_percent": None}]}
 WRONG = (1.5, 3, -1, True, None, "h264", "", [1.0], [[1]], [None], {"a": 1}, [{"a": 1}], math.nan)
-
-
-def paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
-    out: list[tuple] = []
-    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
-    for key, value in items:
-        out.append(prefix + (key,))
-        out.extend(paths(value, prefix + (key,)))
-    return out
-
-
-def with_value(doc: Any, path: tuple, value: Any) -> Any:
-    out = copy.deepcopy(doc)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = copy.deepcopy(value)
-    return out
 
 
 def outcome(read: Any) -> str:
