@@ -76,7 +76,8 @@ def test_two_spares_appear_and_fetch_their_templates_artifacts(lf, artifact):
                              f"spare {node[:12]} warm", timeout_s=60)
         assert spec.spare and spec.unconsumed and spec.warm_for == ("encoder",)
     fetched = [e["data"] for e in lf.handle.job_events(kinds=["images_prefetched"])]
-    assert {d["node_id"] for d in fetched} == set(pool["live"])
+    # every live spare fetched (a spare whose raylet died at its start was replaced, and fetched too)
+    assert set(pool["live"]) <= {d["node_id"] for d in fetched}
     assert all(r["ok"] and r["uri"] == artifact for d in fetched for r in d["results"])
     assert [e["data"]["target"] for e in lf.handle.job_events(kinds=["spare_underflow"])][:1] == [2]
 
