@@ -68,6 +68,9 @@ from fabric.cli.status_cmd import format_status_table, status_rows  # noqa: F401
 from fabric.core.names import PROFILE_LABEL, RECORDING_ENV
 from fabric.providers.local import find_ray
 
+CLOUDS = ("aws", "gcp", "azure")
+"""The clouds ``--cloud`` names."""
+
 _ago = ago  # jobs_cmd and nodes_cmd import it under this name
 
 __all__ = ["NARROW", "add_parser", "add_width_flag", "build_ray_start", "clip", "find_ray", "fit_lines", "format_status_table",
@@ -114,6 +117,7 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument("--pool", help="pool label")
         p.add_argument("--pool-tier", help="pool tier label")
         p.add_argument("--zone", help="zone label")
+        p.add_argument("--cloud", choices=CLOUDS, help="the cloud this machine runs in (a label; the same_cloud rule reads it)")
         p.add_argument("--ray", metavar="PATH", help="the ray executable (default: next to this Python, else on PATH)")
         p.add_argument("--dry-run", action="store_true", help="print the ray start command (and its environment), do not run it")
         p.add_argument("ray_args", nargs=argparse.REMAINDER, metavar="-- RAY_START_ARGS",
@@ -124,7 +128,7 @@ def add_parser(subparsers: Any) -> None:
 # -- join / start-head ----------------------------------------------------------------------------------
 def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_port: int | None = None, profile: str | None = None,
                     recording: str | None = None, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
-                    node_ip_address: str | None = None, extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+                    cloud: str | None = None, node_ip_address: str | None = None, extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """The ``ray start`` argv and the extra environment for a node with capabilities ``caps``: the
     ``local`` provider's builders (``fabric.providers.local``), so a joined node and a provisioned
     one join Ray alike."""
@@ -132,7 +136,7 @@ def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_por
 
     from fabric.providers.local import node_args, ray_start_args
 
-    node = node_args(caps, pool=pool, pool_tier=pool_tier, zone=zone)
+    node = node_args(caps, pool=pool, pool_tier=pool_tier, zone=zone, cloud=cloud)
     if profile:
         node = replace(node, labels={**node.labels, PROFILE_LABEL: profile})
     argv = ray_start_args(node, ray=ray, address=address, head_port=head_port, node_ip_address=node_ip_address, extra=extra)
@@ -231,6 +235,7 @@ def run_start(args: argparse.Namespace) -> int:
     try:
         argv, env = build_ray_start(caps, ray=ray, address=address, head_port=getattr(args, "port", None), profile=args.profile,
                                     recording=args.recording, pool=args.pool, pool_tier=args.pool_tier, zone=args.zone,
+                                    cloud=getattr(args, "cloud", None),
                                     node_ip_address=None if in_extra else ip, extra=extra)
     except ValueError as exc:
         return _refuse(command, str(exc))

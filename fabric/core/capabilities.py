@@ -297,7 +297,8 @@ class NodeCapabilities(_Model):
             res[f"{TIER_RESOURCE_PREFIX}{t.value}"] = 1.0
         return res
 
-    def to_ray_labels(self, *, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None) -> dict[str, str]:
+    def to_ray_labels(self, *, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
+                      cloud: str | None = None) -> dict[str, str]:
         """Node labels for ``ray start --labels``; every key and value passes Ray's label rules."""
         labels = {
             f"{LABEL_PREFIX}tier": self.tier.value,
@@ -319,6 +320,8 @@ class NodeCapabilities(_Model):
             labels[f"{LABEL_PREFIX}pool-tier"] = label_value(pool_tier)
         if zone:
             labels[f"{LABEL_PREFIX}zone"] = label_value(zone)
+        if cloud:
+            labels[f"{LABEL_PREFIX}cloud"] = label_value(cloud)
         return labels
 
     def to_k3s_labels(self) -> dict[str, str]:

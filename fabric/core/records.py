@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabric.core.capabilities import NodeCapabilities
 from fabric.core.lifecycle import NodeStatus
-from fabric.core.names import INSTANCE_LABEL, POOL_LABEL, POOL_TIER_LABEL, PROVIDER_LABEL, SPARE_LABEL, TIER_LABEL, ZONE_LABEL
+from fabric.core.names import (CLOUD_LABEL, INSTANCE_LABEL, POOL_LABEL, POOL_TIER_LABEL, PROVIDER_LABEL, SPARE_LABEL, TIER_LABEL,
+                               ZONE_LABEL)
 
 
 class _Model(BaseModel):
@@ -109,7 +110,8 @@ class RegistryRecord(_Model):
                 and previous.name == self.name and previous.max_concurrent_tasks == max_concurrent_tasks
                 and previous.running == running == 0 and previous.reserved_cpus == 0.0 and previous.reserved_memory_mib == 0.0
                 and not any(previous.gpu_reserved) and not previous.unhealthy and previous.utilization_cap == 1.0
-                and previous.zone == labels.get(ZONE_LABEL) and previous.pool == labels.get(POOL_LABEL)
+                and previous.zone == labels.get(ZONE_LABEL) and previous.cloud == labels.get(CLOUD_LABEL)
+                and previous.pool == labels.get(POOL_LABEL)
                 and previous.pool_tier == labels.get(POOL_TIER_LABEL) and previous.label_tier == _label_tier(labels.get(TIER_LABEL))
                 and previous.tier == self.capabilities.tier
                 and previous.ray_labels == labels and previous.ray_resources == self.ray_resources
@@ -120,7 +122,7 @@ class RegistryRecord(_Model):
             node_id=self.node_id, name=self.name, capabilities=self.capabilities, status=self.status,
             tier=None, utilization=self.utilization.fraction, running=running, last_seen=self.last_seen,
             cordoned=self.cordoned, flap_held=self.flap_held(now), max_concurrent_tasks=max_concurrent_tasks,
-            zone=labels.get(ZONE_LABEL), pool=labels.get(POOL_LABEL), pool_tier=labels.get(POOL_TIER_LABEL),
+            zone=labels.get(ZONE_LABEL), cloud=labels.get(CLOUD_LABEL), pool=labels.get(POOL_LABEL), pool_tier=labels.get(POOL_TIER_LABEL),
             label_tier=_label_tier(labels.get(TIER_LABEL)), warm=frozenset(self.warm),
             instance_id=labels.get(INSTANCE_LABEL) or None, provider=labels.get(PROVIDER_LABEL) or None,
             spare=labels.get(SPARE_LABEL) == "true", ray_labels=labels, ray_resources=self.ray_resources,

@@ -71,6 +71,10 @@ class NodeShape(SettingsModel):
     """Capability tags the node will carry (``arch:aarch64``, ``ffmpeg:h264_vaapi``...)."""
     profile: str | None = None
     """Bundled profile (recording) the local provider starts the node from."""
+    zone: str | None = None
+    """Zone label of the nodes of this shape (the placement's ``same_az`` rule reads it)."""
+    cloud: str | None = None
+    """Cloud label of the nodes of this shape (``aws``, ``gcp``, ``azure``; the ``same_cloud`` rule reads it)."""
 
     _v_tier = field_validator("tier", mode="before")(classmethod(lambda cls, v: _tier(v)))
 

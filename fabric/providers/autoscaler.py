@@ -63,8 +63,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from fabric.core.capabilities import label_value
 from fabric.core.names import (
-    LABEL_PREFIX, POOL_LABEL, POOL_TIER_LABEL, PROFILE_LABEL, PROVIDER_LABEL, RAY_NODE_ID_LABEL, SHAPE_LABEL,
-    SLOTS_RESOURCE, TIER_LABEL, TIER_RESOURCE_PREFIX,
+    CLOUD_LABEL, LABEL_PREFIX, POOL_LABEL, POOL_TIER_LABEL, PROFILE_LABEL, PROVIDER_LABEL, RAY_NODE_ID_LABEL, SHAPE_LABEL,
+    SLOTS_RESOURCE, TIER_LABEL, TIER_RESOURCE_PREFIX, ZONE_LABEL,
 )
 from fabric.core.settings import FabricSettings, NodeShape, PoolTier
 from fabric.providers.base import NO_TAGS, ProviderError, ProvisionedNode
@@ -114,6 +114,7 @@ def node_type_for(shape: NodeShape, *, pool: str, pool_tier: str, max_workers: i
     slots = max(1, math.floor(cpus))
     resources: dict[str, int | float] = _shape_resources(shape)
     labels = {**selector_for(shape, pool, pool_tier), PROVIDER_LABEL: AUTOSCALER, TIER_LABEL: shape.tier.value}
+    labels.update({key: label_value(value) for key, value in ((ZONE_LABEL, shape.zone), (CLOUD_LABEL, shape.cloud)) if value})
     if shape.profile:
         from fabric.providers.local import node_args, profile_for
 

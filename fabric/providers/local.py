@@ -243,8 +243,8 @@ class LocalProvider:
         try:
             # the shape says what the node brings: its CPUs cap the profile's slots (as max_slots does)
             caps = [c for c in (self.max_slots, max(1, int(shape.num_cpus))) if c is not None]
-            spec = node_args(profile, name=instance_id, max_slots=min(caps), pool=pool, pool_tier=pool_tier,
-                             instance_id=instance_id, spare=spare, provider=self.name, shape=shape.name, tags=tags)
+            spec = node_args(profile, name=instance_id, max_slots=min(caps), pool=pool, pool_tier=pool_tier, zone=shape.zone,
+                             cloud=shape.cloud, instance_id=instance_id, spare=spare, provider=self.name, shape=shape.name, tags=tags)
         except ValueError as exc:
             raise ProviderError(f"shape {shape.name!r}: {exc}", reason="invalid_node", provider=self.name, shape=shape.name,
                                 profile=profile) from exc

@@ -75,7 +75,8 @@ def tag_labels(tags: Mapping[str, str]) -> dict[str, str]:
 
 def node_args(source: str | os.PathLike[str] | NodeCapabilities, *, name: str | None = None, roles: Sequence[str] = (),
               max_concurrent_tasks: int | None = None, max_slots: int | None = None, pool: str | None = None,
-              pool_tier: str | None = None, zone: str | None = None, instance_id: str | None = None, spare: bool | None = None,
+              pool_tier: str | None = None, zone: str | None = None, cloud: str | None = None, instance_id: str | None = None,
+              spare: bool | None = None,
               provider: str | None = None, shape: str | None = None, tags: Mapping[str, str] = NO_TAGS) -> NodeArgs:
     """The Ray arguments of a node probed from ``source``: a bundled profile's name (``str``; the
     node gets the ``fabric.io/profile`` label its ProbeActor replays), a recording folder
@@ -84,7 +85,7 @@ def node_args(source: str | os.PathLike[str] | NodeCapabilities, *, name: str | 
 
     ``name`` (default: the profile's name), ``roles`` and ``max_concurrent_tasks`` (an override of
     the slots) go to the probe; ``max_slots`` caps the slots (and CPUs) after it. ``pool``,
-    ``pool_tier``, ``zone`` label where the node belongs; ``instance_id``, ``spare``, ``provider``,
+    ``pool_tier``, ``zone``, ``cloud`` label where the node belongs; ``instance_id``, ``spare``, ``provider``,
     ``shape`` (given by a provider) label a provisioned node, and ``tags`` add labels
     (``tag_labels``). ``ValueError`` for an unknown profile (listing them), a recording that is not
     a folder, a bad role or tag, or a tag that would replace one of the node's own labels."""
@@ -110,7 +111,7 @@ def node_args(source: str | os.PathLike[str] | NodeCapabilities, *, name: str | 
     if max_slots is not None and caps.limitations.max_concurrent_tasks > max_slots:
         # What probe_node(..., max_concurrent_tasks=max_slots) gives: the slots are the limitation's only input.
         caps = caps.model_copy(update={"limitations": Limitations(max_concurrent_tasks=max_slots, notes=caps.limitations.notes)})
-    labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone)
+    labels = caps.to_ray_labels(pool=pool, pool_tier=pool_tier, zone=zone, cloud=cloud)
     if profile is not None:
         labels[PROFILE_LABEL] = profile
     own = {INSTANCE_LABEL: instance_id, SPARE_LABEL: None if spare is None else ("true" if spare else "false"),
