@@ -134,8 +134,7 @@ class Bench:
         time.sleep(max(0.0, self.born[name] + SETTLE_S - time.monotonic()))
 
     def trial(self, policy: str, before_kill: Callable[[], Any] | None = None) -> dict[str, Any]:
-        """One failover; ``before_kill()`` (if given) runs once the job is settled, just before the
-        kill, and what it returns is ``out["before_kill"]``."""
+        """One failover; ``before_kill()`` (if given) runs once the job is settled, just before the kill."""
         cls = encoder(policy)
         job = cls.remote()
         home = job.result(job.wait_running(120).where.remote(), timeout_s=60)
@@ -143,27 +142,27 @@ class Bench:
         if name not in self.born:
             raise RuntimeError(f"the job started on {name}, not on a fixed node")
         self.settle(name)
-        seen = before_kill() if before_kill else None
+        if before_kill:
+            before_kill()
         out = kill_and_time(self.lf, name, lambda: job.result(job.where.remote(), timeout_s=CALL_TIMEOUT_S))
         landed = next((n for n in self.h.nodes() if n.node_id == out["new_node"]), None)
         out.update(killed=name, landed_on=landed.name if landed else out["new_node"][:12],
                    landed_pool_tier=(landed.pool_tier if landed else None) or "onprem")
         job.stop()
-        if before_kill:
-            out["before_kill"] = seen
         return out
 
 
 def spare_trial(b: Bench) -> dict[str, Any]:
     b.spares(1)
 
-    def live_spares() -> list[str]:  # read at the kill: a spare that died meanwhile has been replaced
+    spares: list[str] = []
+
+    def live_spares() -> None:  # read at the kill: a spare that died meanwhile has been replaced
         b.lf.wait_until(lambda: len(b.h.spares()[0]["live"]) == 1, "a live spare at the kill", timeout_s=240)
-        return list(b.h.spares()[0]["live"])
+        spares.extend(b.h.spares()[0]["live"])
 
     out = b.trial("prefer_spare", before_kill=live_spares)
     b.h.update_hot_spares([{"pool": "default", "target_count": 0, "provision_backoff_s": 5}])  # no replacement spare
-    spares = out.pop("before_kill")
     if out["new_node"] not in spares:
         raise RuntimeError(f"the job recovered onto {out['landed_on']}, not onto the spare {spares[0][:12]}")
     return out
