@@ -84,9 +84,10 @@ def every_node(scheduler: AsyncSchedulerApi) -> Callable[[], Any]:
         from fabric.core.node_view import every_node as merge
 
         registry = ray.get_actor(REGISTRY, namespace=NAMESPACE)
-        records = await registry.records.remote(None)
+        records: list[Any]
+        records, fleet, jobs = await asyncio.gather(registry.records.remote(None), scheduler.nodes(), scheduler.job_statuses())
         now = time.time()
-        return merge([r.to_node_record(now) for r in records], await scheduler.nodes(), await scheduler.job_statuses())
+        return merge([r.to_node_record(now) for r in records], fleet, jobs)
 
     return nodes
 

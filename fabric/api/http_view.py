@@ -181,7 +181,7 @@ def make_app(nodes: NodesSource, token: str, *, timeout_s: float = NODES_TIMEOUT
 
     async def list_nodes(request: web.Request) -> web.Response:
         try:
-            wanted = read_statuses(request.query.getall("status", None) and ",".join(request.query.getall("status")))
+            wanted = read_statuses(request.query.getall("status", []))
         except MessageError as exc:
             return _error(400, str(exc))
         try:

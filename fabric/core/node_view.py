@@ -58,11 +58,11 @@ def every_node(records: Sequence[NodeRecord], fleet: Iterable[NodeRecord], statu
 
 def read_statuses(value: Iterable[str] | str | None, field: str = "status") -> frozenset[str] | None:
     """A status filter: None (or nothing) for every status, else the set of statuses named (a
-    list, or one comma-separated string); ``MessageError`` naming ``field`` for an unknown one."""
+    comma-separated string, or a list of them); ``MessageError`` naming ``field`` for an unknown one."""
     if value is None:
         return None
-    items = value.split(",") if isinstance(value, str) else list(value)
-    wanted = {str(v).strip().lower() for v in items if str(v).strip()}
+    items = [part for v in ([value] if isinstance(value, str) else value) for part in str(v).split(",")]
+    wanted = {v.strip().lower() for v in items if v.strip()}
     unknown = sorted(wanted - set(STATUSES))
     if unknown:
         raise MessageError(field, f"unknown status {', '.join(unknown)}; one of {', '.join(STATUSES)}", value)

@@ -57,6 +57,7 @@ def test_read_statuses_takes_a_list_or_a_comma_list_and_names_the_field_for_an_u
 
     assert read_statuses(None) is None and read_statuses([]) is None and read_statuses("") is None
     assert read_statuses("offline, DEAD") == frozenset({"offline", "dead"}) == read_statuses(["dead", "offline"])
+    assert read_statuses(["offline,dead"]) == frozenset({"offline", "dead"})  # a repeated parameter may hold a list too
     with pytest.raises(MessageError) as caught:
         read_statuses(["active", "gone"], "statuses")
     assert caught.value.field == "statuses" and "gone" in str(caught.value)
