@@ -44,7 +44,7 @@ size running S seconds (``soak``: RSS and store size at its start and end, ``fla
 ``--past-wall`` then runs at twice ``largest_sustained`` (``past_wall``: shed, lag, placements,
 ``graceful``).
 
-Usage: scripts/bench_control_plane.py [--sizes 1000,5000,10000] [--window 60] [--heartbeat 5]
+Usage: scripts/bench_control_plane.py [--sizes 1000,5000,10000] [--window 60] [--heartbeat 5] [--settle 10]
        [--procs 2] [--rate 200] [--search] [--budget 1500] [--floor-s 10] [--soak S] [--past-wall] [--json]
 With ``--json`` the last line is ``{"sizes": {"1000": {...}, ...}, "largest_sustained": N,
 "ray_floor": {...}, ...}``.
@@ -73,7 +73,7 @@ from fabric.testing.sim_probes import sim_process  # noqa: E402
 from fabric.testing import bench_phases as phases  # noqa: E402
 
 SETTLE_S = 10.0
-"""After a fleet grows: let registrations and the first heartbeats settle before measuring."""
+"""After a fleet grows: let registrations and the first heartbeats settle before measuring (``--settle``)."""
 
 
 def log(*parts: Any) -> None:
@@ -455,7 +455,7 @@ class Bench:
             self.grow(size - have)
             got = self.wait_registered(size, timeout_s=max(120.0, size / 20))
             log(f"  {size} nodes: {got} in the scheduler's view after {time.monotonic() - t0:.0f} s")
-        time.sleep(SETTLE_S)
+        time.sleep(self.args.settle)
         r = self.measure(size)
         log(f"  {size:>6} nodes: {r['heartbeats_per_s']:>7.0f} beats/s (of {r['heartbeats_expected_per_s']:.0f})  "
             f"lag p50/p99 {_s(r['lag_p50_s'])}/{_s(r['lag_p99_s'])} s  tick p50/p99 {r['tick_p50_ms']}/{r['tick_p99_ms']} ms  "
@@ -502,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1000,5000,10000", help="fleet sizes, ascending, comma-separated")
     ap.add_argument("--window", type=float, default=60.0, help="seconds measured per size")
     ap.add_argument("--heartbeat", type=float, default=5.0, help="heartbeat interval (s)")
+    ap.add_argument("--settle", type=float, default=SETTLE_S,
+                    help=f"seconds after a fleet grows before its window is measured (default {SETTLE_S:g})")
     ap.add_argument("--reprobe", type=float, default=300.0, help="re-probe (report) interval (s)")
     ap.add_argument("--procs", type=int, default=2, help="simulator processes (at least 2)")
     ap.add_argument("--rate", type=float, default=200.0, help="placement requests per second")
@@ -517,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.procs < 2:
         ap.error("--procs: at least 2 simulator processes")
+    if args.settle < 0:
+        ap.error("--settle: seconds, 0 or more")
     sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     t_start = time.monotonic()
