@@ -10,10 +10,10 @@ and drains (``actors.drains.DrainRunner``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from fabric.core import scheduler_args as args
-from fabric.core.errors import MessageError, MigrationError, NodeNotFoundError
+from fabric.core.errors import MessageError, MigrationError, NodeNotFoundError, TransitionError
 from fabric.core.scheduling import SchedulerCore
 from fabric.core.scheduling import messages as msg
 
@@ -24,12 +24,15 @@ if TYPE_CHECKING:  # the runner's types only (actors.jobs imports nothing of thi
 
 
 class MoveRequests:
-    """Migrations, drains, evictions and interruptions, checked and handed on. ``core`` resolves node
-    names; ``runner`` answers the scheduler's job runner (it raises when the scheduler runs none)."""
+    """Migrations, drains, evictions, terminations and interruptions, checked and handed on. ``core``
+    resolves node names; ``runner`` answers the scheduler's job runner (it raises when the scheduler
+    runs none); ``terminate(provider, instance_id, reason, node_id)`` has a provider end a node."""
 
-    def __init__(self, core: SchedulerCore, runner: "Callable[[], JobRunner]") -> None:
+    def __init__(self, core: SchedulerCore, runner: "Callable[[], JobRunner]",
+                 terminate: Callable[[str, str, str, str], Awaitable[None]] | None = None) -> None:
         self.core = core
         self.job_runner = runner
+        self.terminate = terminate
 
     def _moves(self) -> "MigrationRunner":
         return self.job_runner().moves
@@ -78,6 +81,24 @@ class MoveRequests:
     def evict(self, node: str) -> list[str]:
         """Stop the node's jobs now; each recovers by its policy. The ids stopped."""
         return self._drains().evict(self._node(node))
+
+    async def terminate_node(self, node: str) -> dict:
+        """End a node for good: evict it (its jobs stopped, each recovering elsewhere by its policy),
+        then have the provider that made it end its instance. A node joined by hand (no provider
+        made it) cannot be ended from here: ``TransitionError``, and nothing is stopped."""
+        node_id = self._node(node)
+        rec = self.core.fleet.get(node_id)
+        provider, instance_id = getattr(rec, "provider", None), getattr(rec, "instance_id", None)
+        if not provider or not instance_id or self.terminate is None:
+            raise TransitionError(f"node {node_id[:12]}", "joined by hand", "terminated",
+                                  "no provider made it, so none can end it: stop its machine, or evict it "
+                                  "(`fabric evict`) and leave it cordoned")
+        try:
+            stopped = self._drains().evict(node_id)
+        except MessageError:  # a scheduler that runs no jobs has none to stop
+            stopped = []
+        await self.terminate(provider, instance_id, "terminated on request", node_id)
+        return {"node_id": node_id, "provider": provider, "instance_id": instance_id, "jobs_stopped": list(stopped)}
 
     async def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: float | None = None) -> Any:
         """A provider's reclaim notice: a forced drain sized to ``deadline`` (epoch seconds)."""

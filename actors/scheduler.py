@@ -68,7 +68,7 @@ class Scheduler:
         self._ready = asyncio.Event()
         self.jobs: JobRunner | None = jobs(self) if callable(jobs) else (  # None: unit tests that drive no jobs
             JobRunner.for_scheduler(self) if jobs is None and run_loop else jobs)
-        self.moves = MoveRequests(self.core, self._runner)  # migrations, drains, evictions, notices: checked, handed on
+        self.moves = MoveRequests(self.core, self._runner, self.terminate_instance)  # moves: checked, handed on
         self.provisioner = Provisioner(self, providers)
         """Provider calls (``actors.provisioner``): the core's ``ProvisionNode`` / ``TerminateNode``."""
         if self.jobs is not None and run_loop:  # the providers' instances are kept beside the jobs
@@ -270,18 +270,10 @@ class Scheduler:
 
     def metrics(self) -> dict[str, Any]:
         """The counters and per-pool gauges, per-tier figures (``metrics_view``)."""
-        from fabric.core.scheduling.metrics_view import metrics_view
+        from fabric.core.scheduling.metrics_view import scheduler_metrics
 
-        jobs = self.jobs
-        bundles = getattr(getattr(jobs, "book", None), "bundles", None) or {}
-        return metrics_view(
-            self.core.metrics(), (), group_sums=self.core.fleet.group_sums(), jobs=jobs.metrics() if jobs is not None else None,
-            pools=[p.name for p in self.settings.pools], default_pool=self.core.fleet.default_pool,
-            spare_targets={e.pool: e.target_count for e in self.settings.hot_spares},
-            bundle_pools={bid: getattr(b.bundle, "pool", None) or self.core.fleet.default_pool for bid, b in bundles.items()},
-            tasks_dispatch_failed=self.tasks_dispatch_failed,
-            jobs_dispatch_failed=getattr(jobs, "counters", {}).get("dispatch_failed", 0),
-            uptime_s=time.time() - self._started)
+        return scheduler_metrics(self.core, self.settings, self.jobs, tasks_dispatch_failed=self.tasks_dispatch_failed,
+                                 uptime_s=time.time() - self._started)
 
     # -- moving work on purpose (actors.moves.MoveRequests: checked there, carried out by the runner) ----
     async def migrate_job(self, job_id: str, strategy: str | None = None, target_node: str | None = None,
@@ -306,6 +298,9 @@ class Scheduler:
 
     def evict(self, node: str) -> list[str]:
         return self.moves.evict(node)
+
+    async def terminate_node(self, node: str) -> dict:
+        return await self.moves.terminate_node(node)
 
     async def handle_node_interruption(self, node: str, kind: str = "spot-interruption", deadline: float | None = None) -> Any:
         return await self.moves.handle_node_interruption(node, kind, deadline)

@@ -2,7 +2,7 @@
 
 ``ApiClient(address, token)`` implements the part of ``SchedulerApi`` (``fabric.core.scheduler_api``)
 the commands call (``nodes``, ``job_statuses``, ``job_status``, ``events``, ``cordon``, ``uncordon``,
-``drain_jobs``, ``drain_status``, ``evict``, ``handle_node_interruption``, ``migrate_job``,
+``drain_jobs``, ``drain_status``, ``evict``, ``terminate_node``, ``handle_node_interruption``, ``migrate_job``,
 ``migration``, ``migrations``, ``explain``, ``metrics``) over gRPC, and ``watch_events``, the
 log as it grows (the ``WatchEventBatches`` stream; ``fabric events --follow`` reads it), answering the same types the scheduler answers through Ray (read back by
 ``fabric.api.readers``), plus the few ``FabricHandle`` names the commands use (``jobs``,
@@ -35,7 +35,7 @@ from fabric.core.jobs.book import JobStatus
 from fabric.core.jobs.drains import DrainState, NodeInterruptionState
 from fabric.core.jobs.migration import MigrationState
 from fabric.core.placement import NodeRecord, PlacementContext, Requirement
-from fabric.core.scheduler_api import ExplainAnswer, FabricEvent
+from fabric.core.scheduler_api import TERMINATE_WAIT_S, ExplainAnswer, FabricEvent, NodeTermination
 from fabric.core.settings import FabricSettings
 
 __all__ = ["API_ENV", "ApiClient", "ApiError", "ApiRefused", "ApiToken", "ApiTokenError", "ApiUnreachable", "TOKEN_ENV",
@@ -240,6 +240,12 @@ class ApiClient:
     def evict(self, node: str) -> list[str]:
         reply: pb.EvictReply = self._call(self._ops.Evict, pb.NodeRequest(node=node))
         return list(reply.job_ids)
+
+    def terminate_node(self, node: str) -> NodeTermination:
+        reply: pb.TerminateNodeReply = self._call(self._ops.TerminateNode, pb.NodeRequest(node=node),
+                                                  self.timeout_s + TERMINATE_WAIT_S)
+        return {"node_id": reply.node_id, "provider": reply.provider, "instance_id": reply.instance_id,
+                "jobs_stopped": list(reply.job_ids)}
 
     def handle_node_interruption(self, node: str, kind: str = "spot-interruption",
                                  deadline: float | None = None) -> NodeInterruptionState:

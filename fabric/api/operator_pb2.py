@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x61\x62ric/api/operator.proto\x12\x12\x66\x61\x62ric.operator.v1\"\x0f\n\rStatusRequest\"m\n\x0bStatusReply\x12\x12\n\nnode_count\x18\x01 \x01(\r\x12\x11\n\tjob_count\x18\x02 \x01(\r\x12\x14\n\x0c\x62undle_count\x18\x03 \x01(\r\x12\x14\n\x0cmetrics_json\x18\x04 \x01(\t\x12\x0b\n\x03\x61pi\x18\x05 \x01(\t\"$\n\x10ListNodesRequest\x12\x10\n\x08statuses\x18\x01 \x03(\t\"\x83\x02\n\x04Node\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0c\n\x04tier\x18\x04 \x01(\t\x12\x0c\n\x04pool\x18\x05 \x01(\t\x12\x10\n\x08\x63ordoned\x18\x06 \x01(\x08\x12\x11\n\tunhealthy\x18\x07 \x01(\x08\x12\x0f\n\x07running\x18\x08 \x01(\r\x12\x13\n\x0butilization\x18\t \x01(\x01\x12\x11\n\tlast_seen\x18\n \x01(\x01\x12\x0c\n\x04jobs\x18\x0b \x03(\t\x12\x15\n\rhardware_json\x18\x0c \x01(\t\x12\x18\n\x10limitations_json\x18\r \x01(\t\x12\x13\n\x0brecord_json\x18\x0e \x01(\t\"9\n\x0eListNodesReply\x12\'\n\x05nodes\x18\x01 \x03(\x0b\x32\x18.fabric.operator.v1.Node\"\x1b\n\x0bNodeRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\"\x1c\n\tNodeReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"c\n\x0c\x44rainRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x16\n\ttimeout_s\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x10\n\x08strategy\x18\x04 \x01(\tB\x0c\n\n_timeout_s\"1\n\nDrainReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x12\n\nstate_json\x18\x02 \x01(\t\".\n\nEvictReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07job_ids\x18\x02 \x03(\t\"g\n\x19NotifyInterruptionRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x1b\n\x0e\x64\x65\x61\x64line_epoch\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x11\n\x0f_deadline_epoch\"\x82\x01\n\rBundleJobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x63ls\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x13\n\x0bkwargs_json\x18\x04 \x01(\t\x12\x18\n\x10requirement_json\x18\x05 \x01(\t\x12\x14\n\x0coptions_json\x18\x06 \x01(\t\"t\n\nBundleSpec\x12\x11\n\tbundle_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12/\n\x04jobs\x18\x03 \x03(\x0b\x32!.fabric.operator.v1.BundleJobSpec\x12\x14\n\x0coptions_json\x18\x04 \x01(\t\"[\n\x12\x42undleWriteRequest\x12.\n\x06\x62undle\x18\x01 \x01(\x0b\x32\x1e.fabric.operator.v1.BundleSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"$\n\x0f\x42undleIdRequest\x12\x11\n\tbundle_id\x18\x01 \x01(\t\"\xba\x01\n\x0c\x42undleStatus\x12\x11\n\tbundle_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x01(\r\x12\x38\n\x04jobs\x18\x04 \x03(\x0b\x32*.fabric.operator.v1.BundleStatus.JobsEntry\x12\x0f\n\x07reasons\x18\x05 \x03(\t\x1a+\n\tJobsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x87\x01\n\x0b\x42undleReply\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .fabric.operator.v1.BundleStatus\x12\x16\n\x0evalidated_only\x18\x02 \x01(\x08\x12\x16\n\x0e\x61\x64mission_kind\x18\x03 \x01(\t\x12\x16\n\x0e\x61\x64mission_json\x18\x04 \x01(\t\"\x14\n\x12ListBundlesRequest\"E\n\x10ListBundlesReply\x12\x31\n\x07\x62undles\x18\x01 \x03(\x0b\x32 .fabric.operator.v1.BundleStatus\";\n\x0e\x45xplainRequest\x12\x18\n\x10requirement_json\x18\x01 \x01(\t\x12\x0f\n\x07verbose\x18\x02 \x01(\x08\"2\n\x0c\x45xplainReply\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x14\n\x0c\x65xplain_json\x18\x02 \x01(\t\"e\n\x0eMigrateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\x13\n\x0btarget_node\x18\x03 \x01(\t\x12\x1c\n\x14override_reservation\x18\x04 \x01(\x08\"$\n\x0cMigrateReply\x12\x14\n\x0cmigration_id\x18\x01 \x01(\t\"=\n\x15\x41\x62ortMigrationRequest\x12\x14\n\x0cmigration_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"?\n\x13\x41\x62ortMigrationReply\x12\x14\n\x0cmigration_id\x18\x01 \x01(\t\x12\x12\n\nstate_json\x18\x02 \x01(\t\"2\n\x12WatchEventsRequest\x12\r\n\x05since\x18\x01 \x01(\x04\x12\r\n\x05kinds\x18\x02 \x03(\t\"V\n\x05\x45vent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\tdata_json\x18\x04 \x01(\t\x12\x13\n\x0bstimulus_id\x18\x05 \x01(\t2\xd3\n\n\x08Operator\x12L\n\x06Status\x12!.fabric.operator.v1.StatusRequest\x1a\x1f.fabric.operator.v1.StatusReply\x12U\n\tListNodes\x12$.fabric.operator.v1.ListNodesRequest\x1a\".fabric.operator.v1.ListNodesReply\x12H\n\x06\x43ordon\x12\x1f.fabric.operator.v1.NodeRequest\x1a\x1d.fabric.operator.v1.NodeReply\x12J\n\x08Uncordon\x12\x1f.fabric.operator.v1.NodeRequest\x1a\x1d.fabric.operator.v1.NodeReply\x12I\n\x05\x44rain\x12 .fabric.operator.v1.DrainRequest\x1a\x1e.fabric.operator.v1.DrainReply\x12H\n\x05\x45vict\x12\x1f.fabric.operator.v1.NodeRequest\x1a\x1e.fabric.operator.v1.EvictReply\x12\x63\n\x12NotifyInterruption\x12-.fabric.operator.v1.NotifyInterruptionRequest\x1a\x1e.fabric.operator.v1.DrainReply\x12W\n\x0c\x43reateBundle\x12&.fabric.operator.v1.BundleWriteRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12W\n\x0cUpdateBundle\x12&.fabric.operator.v1.BundleWriteRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12T\n\x0c\x44\x65leteBundle\x12#.fabric.operator.v1.BundleIdRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12Q\n\tGetBundle\x12#.fabric.operator.v1.BundleIdRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12[\n\x0bListBundles\x12&.fabric.operator.v1.ListBundlesRequest\x1a$.fabric.operator.v1.ListBundlesReply\x12O\n\x07\x45xplain\x12\".fabric.operator.v1.ExplainRequest\x1a .fabric.operator.v1.ExplainReply\x12O\n\x07Migrate\x12\".fabric.operator.v1.MigrateRequest\x1a .fabric.operator.v1.MigrateReply\x12\x64\n\x0e\x41\x62ortMigration\x12).fabric.operator.v1.AbortMigrationRequest\x1a\'.fabric.operator.v1.AbortMigrationReply\x12R\n\x0bWatchEvents\x12&.fabric.operator.v1.WatchEventsRequest\x1a\x19.fabric.operator.v1.Event0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x61\x62ric/api/operator.proto\x12\x12\x66\x61\x62ric.operator.v1\"\x0f\n\rStatusRequest\"m\n\x0bStatusReply\x12\x12\n\nnode_count\x18\x01 \x01(\r\x12\x11\n\tjob_count\x18\x02 \x01(\r\x12\x14\n\x0c\x62undle_count\x18\x03 \x01(\r\x12\x14\n\x0cmetrics_json\x18\x04 \x01(\t\x12\x0b\n\x03\x61pi\x18\x05 \x01(\t\"$\n\x10ListNodesRequest\x12\x10\n\x08statuses\x18\x01 \x03(\t\"\x83\x02\n\x04Node\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0c\n\x04tier\x18\x04 \x01(\t\x12\x0c\n\x04pool\x18\x05 \x01(\t\x12\x10\n\x08\x63ordoned\x18\x06 \x01(\x08\x12\x11\n\tunhealthy\x18\x07 \x01(\x08\x12\x0f\n\x07running\x18\x08 \x01(\r\x12\x13\n\x0butilization\x18\t \x01(\x01\x12\x11\n\tlast_seen\x18\n \x01(\x01\x12\x0c\n\x04jobs\x18\x0b \x03(\t\x12\x15\n\rhardware_json\x18\x0c \x01(\t\x12\x18\n\x10limitations_json\x18\r \x01(\t\x12\x13\n\x0brecord_json\x18\x0e \x01(\t\"9\n\x0eListNodesReply\x12\'\n\x05nodes\x18\x01 \x03(\x0b\x32\x18.fabric.operator.v1.Node\"\x1b\n\x0bNodeRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\"\x1c\n\tNodeReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"c\n\x0c\x44rainRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x16\n\ttimeout_s\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x10\n\x08strategy\x18\x04 \x01(\tB\x0c\n\n_timeout_s\"1\n\nDrainReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x12\n\nstate_json\x18\x02 \x01(\t\".\n\nEvictReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07job_ids\x18\x02 \x03(\t\"]\n\x12TerminateNodeReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x13\n\x0binstance_id\x18\x03 \x01(\t\x12\x0f\n\x07job_ids\x18\x04 \x03(\t\"g\n\x19NotifyInterruptionRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x1b\n\x0e\x64\x65\x61\x64line_epoch\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x11\n\x0f_deadline_epoch\"\x82\x01\n\rBundleJobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x63ls\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x13\n\x0bkwargs_json\x18\x04 \x01(\t\x12\x18\n\x10requirement_json\x18\x05 \x01(\t\x12\x14\n\x0coptions_json\x18\x06 \x01(\t\"t\n\nBundleSpec\x12\x11\n\tbundle_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12/\n\x04jobs\x18\x03 \x03(\x0b\x32!.fabric.operator.v1.BundleJobSpec\x12\x14\n\x0coptions_json\x18\x04 \x01(\t\"[\n\x12\x42undleWriteRequest\x12.\n\x06\x62undle\x18\x01 \x01(\x0b\x32\x1e.fabric.operator.v1.BundleSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"$\n\x0f\x42undleIdRequest\x12\x11\n\tbundle_id\x18\x01 \x01(\t\"\xba\x01\n\x0c\x42undleStatus\x12\x11\n\tbundle_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x01(\r\x12\x38\n\x04jobs\x18\x04 \x03(\x0b\x32*.fabric.operator.v1.BundleStatus.JobsEntry\x12\x0f\n\x07reasons\x18\x05 \x03(\t\x1a+\n\tJobsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x87\x01\n\x0b\x42undleReply\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .fabric.operator.v1.BundleStatus\x12\x16\n\x0evalidated_only\x18\x02 \x01(\x08\x12\x16\n\x0e\x61\x64mission_kind\x18\x03 \x01(\t\x12\x16\n\x0e\x61\x64mission_json\x18\x04 \x01(\t\"\x14\n\x12ListBundlesRequest\"E\n\x10ListBundlesReply\x12\x31\n\x07\x62undles\x18\x01 \x03(\x0b\x32 .fabric.operator.v1.BundleStatus\";\n\x0e\x45xplainRequest\x12\x18\n\x10requirement_json\x18\x01 \x01(\t\x12\x0f\n\x07verbose\x18\x02 \x01(\x08\"2\n\x0c\x45xplainReply\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x14\n\x0c\x65xplain_json\x18\x02 \x01(\t\"e\n\x0eMigrateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\x13\n\x0btarget_node\x18\x03 \x01(\t\x12\x1c\n\x14override_reservation\x18\x04 \x01(\x08\"$\n\x0cMigrateReply\x12\x14\n\x0cmigration_id\x18\x01 \x01(\t\"=\n\x15\x41\x62ortMigrationRequest\x12\x14\n\x0cmigration_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"?\n\x13\x41\x62ortMigrationReply\x12\x14\n\x0cmigration_id\x18\x01 \x01(\t\x12\x12\n\nstate_json\x18\x02 \x01(\t\"2\n\x12WatchEventsRequest\x12\r\n\x05since\x18\x01 \x01(\x04\x12\r\n\x05kinds\x18\x02 \x03(\t\"V\n\x05\x45vent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\tdata_json\x18\x04 \x01(\t\x12\x13\n\x0bstimulus_id\x18\x05 \x01(\t2\xad\x0b\n\x08Operator\x12L\n\x06Status\x12!.fabric.operator.v1.StatusRequest\x1a\x1f.fabric.operator.v1.StatusReply\x12U\n\tListNodes\x12$.fabric.operator.v1.ListNodesRequest\x1a\".fabric.operator.v1.ListNodesReply\x12H\n\x06\x43ordon\x12\x1f.fabric.operator.v1.NodeRequest\x1a\x1d.fabric.operator.v1.NodeReply\x12J\n\x08Uncordon\x12\x1f.fabric.operator.v1.NodeRequest\x1a\x1d.fabric.operator.v1.NodeReply\x12I\n\x05\x44rain\x12 .fabric.operator.v1.DrainRequest\x1a\x1e.fabric.operator.v1.DrainReply\x12H\n\x05\x45vict\x12\x1f.fabric.operator.v1.NodeRequest\x1a\x1e.fabric.operator.v1.EvictReply\x12X\n\rTerminateNode\x12\x1f.fabric.operator.v1.NodeRequest\x1a&.fabric.operator.v1.TerminateNodeReply\x12\x63\n\x12NotifyInterruption\x12-.fabric.operator.v1.NotifyInterruptionRequest\x1a\x1e.fabric.operator.v1.DrainReply\x12W\n\x0c\x43reateBundle\x12&.fabric.operator.v1.BundleWriteRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12W\n\x0cUpdateBundle\x12&.fabric.operator.v1.BundleWriteRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12T\n\x0c\x44\x65leteBundle\x12#.fabric.operator.v1.BundleIdRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12Q\n\tGetBundle\x12#.fabric.operator.v1.BundleIdRequest\x1a\x1f.fabric.operator.v1.BundleReply\x12[\n\x0bListBundles\x12&.fabric.operator.v1.ListBundlesRequest\x1a$.fabric.operator.v1.ListBundlesReply\x12O\n\x07\x45xplain\x12\".fabric.operator.v1.ExplainRequest\x1a .fabric.operator.v1.ExplainReply\x12O\n\x07Migrate\x12\".fabric.operator.v1.MigrateRequest\x1a .fabric.operator.v1.MigrateReply\x12\x64\n\x0e\x41\x62ortMigration\x12).fabric.operator.v1.AbortMigrationRequest\x1a\'.fabric.operator.v1.AbortMigrationReply\x12R\n\x0bWatchEvents\x12&.fabric.operator.v1.WatchEventsRequest\x1a\x19.fabric.operator.v1.Event0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -53,42 +53,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DRAINREPLY']._serialized_end=745
   _globals['_EVICTREPLY']._serialized_start=747
   _globals['_EVICTREPLY']._serialized_end=793
-  _globals['_NOTIFYINTERRUPTIONREQUEST']._serialized_start=795
-  _globals['_NOTIFYINTERRUPTIONREQUEST']._serialized_end=898
-  _globals['_BUNDLEJOBSPEC']._serialized_start=901
-  _globals['_BUNDLEJOBSPEC']._serialized_end=1031
-  _globals['_BUNDLESPEC']._serialized_start=1033
-  _globals['_BUNDLESPEC']._serialized_end=1149
-  _globals['_BUNDLEWRITEREQUEST']._serialized_start=1151
-  _globals['_BUNDLEWRITEREQUEST']._serialized_end=1242
-  _globals['_BUNDLEIDREQUEST']._serialized_start=1244
-  _globals['_BUNDLEIDREQUEST']._serialized_end=1280
-  _globals['_BUNDLESTATUS']._serialized_start=1283
-  _globals['_BUNDLESTATUS']._serialized_end=1469
-  _globals['_BUNDLESTATUS_JOBSENTRY']._serialized_start=1426
-  _globals['_BUNDLESTATUS_JOBSENTRY']._serialized_end=1469
-  _globals['_BUNDLEREPLY']._serialized_start=1472
-  _globals['_BUNDLEREPLY']._serialized_end=1607
-  _globals['_LISTBUNDLESREQUEST']._serialized_start=1609
-  _globals['_LISTBUNDLESREQUEST']._serialized_end=1629
-  _globals['_LISTBUNDLESREPLY']._serialized_start=1631
-  _globals['_LISTBUNDLESREPLY']._serialized_end=1700
-  _globals['_EXPLAINREQUEST']._serialized_start=1702
-  _globals['_EXPLAINREQUEST']._serialized_end=1761
-  _globals['_EXPLAINREPLY']._serialized_start=1763
-  _globals['_EXPLAINREPLY']._serialized_end=1813
-  _globals['_MIGRATEREQUEST']._serialized_start=1815
-  _globals['_MIGRATEREQUEST']._serialized_end=1916
-  _globals['_MIGRATEREPLY']._serialized_start=1918
-  _globals['_MIGRATEREPLY']._serialized_end=1954
-  _globals['_ABORTMIGRATIONREQUEST']._serialized_start=1956
-  _globals['_ABORTMIGRATIONREQUEST']._serialized_end=2017
-  _globals['_ABORTMIGRATIONREPLY']._serialized_start=2019
-  _globals['_ABORTMIGRATIONREPLY']._serialized_end=2082
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=2084
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=2134
-  _globals['_EVENT']._serialized_start=2136
-  _globals['_EVENT']._serialized_end=2222
-  _globals['_OPERATOR']._serialized_start=2225
-  _globals['_OPERATOR']._serialized_end=3588
+  _globals['_TERMINATENODEREPLY']._serialized_start=795
+  _globals['_TERMINATENODEREPLY']._serialized_end=888
+  _globals['_NOTIFYINTERRUPTIONREQUEST']._serialized_start=890
+  _globals['_NOTIFYINTERRUPTIONREQUEST']._serialized_end=993
+  _globals['_BUNDLEJOBSPEC']._serialized_start=996
+  _globals['_BUNDLEJOBSPEC']._serialized_end=1126
+  _globals['_BUNDLESPEC']._serialized_start=1128
+  _globals['_BUNDLESPEC']._serialized_end=1244
+  _globals['_BUNDLEWRITEREQUEST']._serialized_start=1246
+  _globals['_BUNDLEWRITEREQUEST']._serialized_end=1337
+  _globals['_BUNDLEIDREQUEST']._serialized_start=1339
+  _globals['_BUNDLEIDREQUEST']._serialized_end=1375
+  _globals['_BUNDLESTATUS']._serialized_start=1378
+  _globals['_BUNDLESTATUS']._serialized_end=1564
+  _globals['_BUNDLESTATUS_JOBSENTRY']._serialized_start=1521
+  _globals['_BUNDLESTATUS_JOBSENTRY']._serialized_end=1564
+  _globals['_BUNDLEREPLY']._serialized_start=1567
+  _globals['_BUNDLEREPLY']._serialized_end=1702
+  _globals['_LISTBUNDLESREQUEST']._serialized_start=1704
+  _globals['_LISTBUNDLESREQUEST']._serialized_end=1724
+  _globals['_LISTBUNDLESREPLY']._serialized_start=1726
+  _globals['_LISTBUNDLESREPLY']._serialized_end=1795
+  _globals['_EXPLAINREQUEST']._serialized_start=1797
+  _globals['_EXPLAINREQUEST']._serialized_end=1856
+  _globals['_EXPLAINREPLY']._serialized_start=1858
+  _globals['_EXPLAINREPLY']._serialized_end=1908
+  _globals['_MIGRATEREQUEST']._serialized_start=1910
+  _globals['_MIGRATEREQUEST']._serialized_end=2011
+  _globals['_MIGRATEREPLY']._serialized_start=2013
+  _globals['_MIGRATEREPLY']._serialized_end=2049
+  _globals['_ABORTMIGRATIONREQUEST']._serialized_start=2051
+  _globals['_ABORTMIGRATIONREQUEST']._serialized_end=2112
+  _globals['_ABORTMIGRATIONREPLY']._serialized_start=2114
+  _globals['_ABORTMIGRATIONREPLY']._serialized_end=2177
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=2179
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=2229
+  _globals['_EVENT']._serialized_start=2231
+  _globals['_EVENT']._serialized_end=2317
+  _globals['_OPERATOR']._serialized_start=2320
+  _globals['_OPERATOR']._serialized_end=3773
 # @@protoc_insertion_point(module_scope)

@@ -64,6 +64,11 @@ class OperatorStub:
                 request_serializer=fabric_dot_api_dot_operator__pb2.NodeRequest.SerializeToString,
                 response_deserializer=fabric_dot_api_dot_operator__pb2.EvictReply.FromString,
                 _registered_method=True)
+        self.TerminateNode = channel.unary_unary(
+                '/fabric.operator.v1.Operator/TerminateNode',
+                request_serializer=fabric_dot_api_dot_operator__pb2.NodeRequest.SerializeToString,
+                response_deserializer=fabric_dot_api_dot_operator__pb2.TerminateNodeReply.FromString,
+                _registered_method=True)
         self.NotifyInterruption = channel.unary_unary(
                 '/fabric.operator.v1.Operator/NotifyInterruption',
                 request_serializer=fabric_dot_api_dot_operator__pb2.NotifyInterruptionRequest.SerializeToString,
@@ -151,6 +156,13 @@ class OperatorServicer:
 
     def Evict(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TerminateNode(self, request, context):
+        """Evict the node, then have the provider that made it end it (FAILED_PRECONDITION for a node joined by hand).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -249,6 +261,11 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.Evict,
                     request_deserializer=fabric_dot_api_dot_operator__pb2.NodeRequest.FromString,
                     response_serializer=fabric_dot_api_dot_operator__pb2.EvictReply.SerializeToString,
+            ),
+            'TerminateNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.TerminateNode,
+                    request_deserializer=fabric_dot_api_dot_operator__pb2.NodeRequest.FromString,
+                    response_serializer=fabric_dot_api_dot_operator__pb2.TerminateNodeReply.SerializeToString,
             ),
             'NotifyInterruption': grpc.unary_unary_rpc_method_handler(
                     servicer.NotifyInterruption,
@@ -463,6 +480,33 @@ class Operator:
             '/fabric.operator.v1.Operator/Evict',
             fabric_dot_api_dot_operator__pb2.NodeRequest.SerializeToString,
             fabric_dot_api_dot_operator__pb2.EvictReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TerminateNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabric.operator.v1.Operator/TerminateNode',
+            fabric_dot_api_dot_operator__pb2.NodeRequest.SerializeToString,
+            fabric_dot_api_dot_operator__pb2.TerminateNodeReply.FromString,
             options,
             channel_credentials,
             insecure,

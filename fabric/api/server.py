@@ -149,6 +149,12 @@ class OperatorServicer(pb_grpc.OperatorServicer):
         return pb.EvictReply(node_id=request.node, job_ids=[str(j) for j in stopped])
 
     @guarded
+    async def TerminateNode(self, request: pb.NodeRequest, context: Any) -> pb.TerminateNodeReply:
+        ended = await self.scheduler.terminate_node(_node(request))
+        return pb.TerminateNodeReply(node_id=str(ended["node_id"]), provider=str(ended["provider"]),
+                                     instance_id=str(ended["instance_id"]), job_ids=[str(j) for j in ended["jobs_stopped"]])
+
+    @guarded
     async def NotifyInterruption(self, request: pb.NotifyInterruptionRequest, context: Any) -> pb.DrainReply:
         deadline = request.deadline_epoch if request.HasField("deadline_epoch") else None
         state = await self.scheduler.handle_node_interruption(_node(request), request.kind or "spot-interruption", deadline)

@@ -1,11 +1,12 @@
-"""Moving work on purpose from the command line (issue 16): ``fabric drain``, ``fabric evict``,
+"""Moving work on purpose from the command line: ``fabric drain``, ``fabric evict``, ``fabric terminate``,
 ``fabric migrate``, ``fabric migrations``, ``fabric interrupt``.
 
 - ``fabric drain NODE [--timeout S] [--force] [--strategy X] [--json]``: cordon the node, migrate
   its jobs, then ask Ray to drain it; prints the drain (phase, what Ray answered, each job's
   status). ``--grace`` is the old name of ``--timeout``. ``--status`` shows the node's drain
   without starting one; ``--wait`` follows it, a line per phase, until it ends (exit 0 when done).
-- ``fabric evict NODE``: stop the node's jobs now (each recovers by its policy).
+- ``fabric evict NODE [--terminate]``: stop the node's jobs now (each recovers by its policy); with
+  ``--terminate``, then have the provider that made the node end it (``fabric terminate NODE``).
 - ``fabric migrate JOB [--strategy X] [--to NODE] [--wait]``: start a migration; with ``--wait``,
   print each phase until it ends (exit 0 when done, 1 when aborted or lost).
 - ``fabric migrations [--json]``: id, job, strategy, phase, source -> target, age, in 80 columns.
@@ -36,7 +37,7 @@ from fabric.core.scheduler_args import INTERRUPTION_KINDS, STRATEGY_NAMES
 from fabric.core.scheduling.messages import read_seconds
 
 __all__ = ["add_parser", "as_plain", "drain_lines", "drain_with", "evict_with", "format_migrations", "interrupt_with",
-           "migrate_with", "migration_rows", "migrations_with"]
+           "migrate_with", "migration_rows", "migrations_with", "terminate_with"]
 
 STRATEGY_CHOICES = STRATEGY_NAMES
 """``--strategy``: the scheduler's migration strategies (the names ``read_strategy`` takes)."""
@@ -68,7 +69,16 @@ def add_parser(subparsers: Any) -> None:
                               help="stop a node's jobs now; each recovers by its policy",
                               description="stop a node's jobs now; each recovers by its policy (a frame drop)")
     e.add_argument("node", help="node name or Ray node id")
+    e.add_argument("--terminate", action="store_true",
+                   help="then have the provider that made the node end it (as `fabric terminate`)")
     e.set_defaults(func=_runner("evict", evict_with))
+
+    t = subparsers.add_parser("terminate", parents=remote_parents("what was ended, as one JSON object"),
+                              help="stop a node's jobs, then have its provider end the node",
+                              description="evict a node (each job recovers elsewhere by its policy), then have the provider "
+                                          "that made it end it; a node joined by hand is refused untouched (exit 2)")
+    t.add_argument("node", help="node name or Ray node id")
+    t.set_defaults(func=_runner("terminate", terminate_with))
 
     m = subparsers.add_parser("migrate", parents=remote_parents(),
                               help="move a job to another node", description="move a long-running job to another node")
@@ -257,6 +267,8 @@ def _follow_drain(handle: Any, args: argparse.Namespace, state: Any, out: TextIO
 
 
 def evict_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    if getattr(args, "terminate", False):
+        return terminate_with(handle, args, out, err, command="evict")
     try:
         stopped = list(handle.evict(args.node))
     except Exception as exc:
@@ -266,6 +278,22 @@ def evict_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, 
     else:
         jobs = f": {', '.join(stopped)}" if stopped else ""
         print(f"evict {args.node}: {len(stopped)} job{'s' if len(stopped) != 1 else ''} stopped{jobs}", file=out)
+    return 0
+
+
+def terminate_with(handle: Any, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+                   command: str = "terminate") -> int:
+    try:
+        ended = handle.terminate_node(args.node)
+    except Exception as exc:
+        return _fail(command, exc, err)
+    stopped = list(ended.get("jobs_stopped") or [])
+    if args.json:
+        print(json.dumps({**ended, "jobs_stopped": stopped}), file=out)
+    else:
+        jobs = f" ({', '.join(stopped)})" if stopped else ""
+        print(f"{command} {args.node}: {len(stopped)} job{'s' if len(stopped) != 1 else ''} stopped{jobs}; "
+              f"{ended.get('provider')} instance {ended.get('instance_id')} terminated", file=out)
     return 0
 
 

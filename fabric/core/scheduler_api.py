@@ -31,8 +31,8 @@ from fabric.core.placement import Decision, NodeRecord, PlacementContext, Requir
 from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
 from fabric.core.settings import NodeShape
 
-__all__ = ["AsyncSchedulerApi", "ExplainAnswer", "FabricEvent", "JobInstance", "LoopStats", "ProvisionedInfo",
-           "SchedulerApi", "IN_PROCESS_ONLY"]
+__all__ = ["AsyncSchedulerApi", "ExplainAnswer", "FabricEvent", "JobInstance", "LoopStats", "NodeTermination",
+           "ProvisionedInfo", "SchedulerApi", "IN_PROCESS_ONLY", "TERMINATE_WAIT_S"]
 
 IN_PROCESS_ONLY = frozenset({"ray_adapter", "handle_stimulus", "answered"})
 """Public methods of the scheduler class that are not part of its remote surface: its in-process
@@ -85,6 +85,21 @@ class ProvisionedInfo(TypedDict):
     shape: str
     spare: bool
     name: str
+
+
+TERMINATE_WAIT_S = 120.0
+"""How long a caller waits for ``terminate_node`` at least: the node's jobs are stopped, then its
+provider is asked to end it (a cloud API call can take a minute)."""
+
+
+class NodeTermination(TypedDict):
+    """A node ended on request (``terminate_node``)."""
+
+    node_id: str
+    provider: str
+    instance_id: str
+    jobs_stopped: list[str]
+    """The jobs that were on it, stopped first: each recovers elsewhere by its policy."""
 
 
 class LoopStats(TypedDict):
@@ -211,6 +226,8 @@ class SchedulerApi(Protocol):
     def drain_status(self, node: str) -> DrainState | None: ...
     def evict(self, node: str) -> list[str]:
         """Stop the node's jobs now; the ids stopped."""
+    def terminate_node(self, node: str) -> NodeTermination:
+        """Evict the node, then have its provider end it (``TransitionError`` for a node joined by hand)."""
     def handle_node_interruption(self, node: str, kind: str = "spot-interruption",
                                  deadline: float | None = None) -> NodeInterruptionState:
         """A reclaim notice: a forced drain sized to ``deadline`` (epoch seconds)."""
@@ -285,6 +302,7 @@ class AsyncSchedulerApi(Protocol):
                          strategy: str | None = None) -> DrainState: ...
     async def drain_status(self, node: str) -> DrainState | None: ...
     async def evict(self, node: str) -> list[str]: ...
+    async def terminate_node(self, node: str) -> NodeTermination: ...
     async def handle_node_interruption(self, node: str, kind: str = "spot-interruption",
                                        deadline: float | None = None) -> NodeInterruptionState: ...
     async def close_migrations(self, grace_s: float = 5.0) -> int: ...

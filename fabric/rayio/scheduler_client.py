@@ -29,7 +29,8 @@ from fabric.core.jobs.migration import MigrationState
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.jobs.validation import Admission, ValidationReport
 from fabric.core.placement import Decision, NodeRecord, PlacementContext, Requirement
-from fabric.core.scheduler_api import ExplainAnswer, FabricEvent, JobInstance, LoopStats, ProvisionedInfo
+from fabric.core.scheduler_api import (TERMINATE_WAIT_S, ExplainAnswer, FabricEvent, JobInstance, LoopStats, NodeTermination,
+                                        ProvisionedInfo)
 from fabric.core.scheduling.replies import LeaseGrant, NodeAssignment
 from fabric.core.settings import NodeShape
 
@@ -241,6 +242,9 @@ class SchedulerClient:
     def evict(self, node: str) -> list[str]:
         return self._answer(self._handle.evict.remote(node), None)
 
+    def terminate_node(self, node: str) -> NodeTermination:
+        return self._answer(self._handle.terminate_node.remote(node), TERMINATE_WAIT_S)
+
     def handle_node_interruption(self, node: str, kind: str = "spot-interruption",
                                  deadline: float | None = None) -> NodeInterruptionState:
         least = None if deadline is None else self._within(deadline - self._clock())
@@ -441,6 +445,9 @@ class AsyncSchedulerClient:
 
     async def evict(self, node: str) -> list[str]:
         return await self._handle().evict.remote(node)
+
+    async def terminate_node(self, node: str) -> NodeTermination:
+        return await self._handle().terminate_node.remote(node)
 
     async def handle_node_interruption(self, node: str, kind: str = "spot-interruption",
                                        deadline: float | None = None) -> NodeInterruptionState:

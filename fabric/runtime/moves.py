@@ -14,6 +14,8 @@ fabric error the scheduler raised (``NodeNotFoundError``, ``JobNotFoundError``, 
   Ray to drain the node (the scheduler's ``drain_jobs``); ``None`` takes the settings' defaults.
 - ``h.drain_status(node)``: that node's drain (``None`` when it has none).
 - ``h.evict(node)``: stop the node's jobs now (each recovers by its policy); the job ids stopped.
+- ``h.terminate_node(node)``: evict it, then have the provider that made it end it (``NodeTermination``;
+  ``TransitionError`` for a node joined by hand, which no provider can end).
 - ``h.handle_node_interruption(node, kind, deadline)``: a forced drain sized to the deadline
   (``deadline``: a ``datetime``, epoch seconds, or ``None``; sent as epoch seconds).
 - ``h.migrate_job(job_id, strategy, target_node, override_reservation)`` -> the migration id;
@@ -28,7 +30,7 @@ from typing import Any
 from fabric.core import scheduler_args as args
 from fabric.core.jobs.drains import DrainState, NodeInterruptionState
 from fabric.core.jobs.migration import MigrationState, MigrationStrategy
-from fabric.core.scheduler_api import SchedulerApi
+from fabric.core.scheduler_api import NodeTermination, SchedulerApi
 from fabric.core.scheduling.messages import read_id
 
 STRATEGIES = args.STRATEGY_NAMES
@@ -86,6 +88,12 @@ class MovesSurface:
     def evict(self, node: str) -> list[str]:
         """Stop ``node``'s jobs now; each recovers by its policy. The job ids stopped."""
         return list(self._scheduler_api().evict(node))
+
+    def terminate_node(self, node: str) -> NodeTermination:
+        """End ``node`` for good: its jobs stopped (each recovers elsewhere by its policy), then the
+        provider that made it ends its instance. A node joined by hand: ``TransitionError``, nothing
+        stopped. What was ended (``NodeTermination``: node, provider, instance, the jobs stopped)."""
+        return self._scheduler_api().terminate_node(read_id("node", node))
 
     def handle_node_interruption(self, node: str, kind: str = "spot-interruption",
                                  deadline: Deadline = None) -> NodeInterruptionState:

@@ -18,7 +18,7 @@ from fabric.api import inspect_pb2 as pb
 from fabric.api import inspect_pb2_grpc as pb_grpc
 from fabric.api.client import ApiClient, ApiRefused, ApiToken, ApiTokenError, ApiUnreachable, requirement_json, token_from
 from fabric.api.server import serve
-from fabric.core.errors import FabricError, JobNotFoundError, NodeNotFoundError
+from fabric.core.errors import FabricError, JobNotFoundError, NodeNotFoundError, TransitionError
 from fabric.core.jobs.book import Binding, JobStatus
 from fabric.core.jobs.drains import DrainJob, DrainState, JobDrainStatus, NodeDrainPhase, NodeInterruptionState
 from fabric.core.jobs.migration import MigrationPhase, MigrationState, MigrationStrategy
@@ -96,6 +96,12 @@ class Scheduler:
 
     async def evict(self, node: str) -> list[str]:
         return ["j1"]
+
+    async def terminate_node(self, node: str) -> dict:
+        self.calls.append(("terminate_node", node))
+        if node == "by-hand":
+            raise TransitionError("node by-hand", "joined by hand", "terminated", "no provider made it")
+        return {"node_id": "n1" * 8, "provider": "local", "instance_id": "local-1", "jobs_stopped": ["j1", "j2"]}
 
     async def handle_node_interruption(self, node: str, kind: str, deadline: float | None) -> NodeInterruptionState:
         self.calls.append(("interrupt", node, kind, deadline))
@@ -179,6 +185,16 @@ def test_moves_and_explain_reach_the_scheduler_with_their_arguments(served: Serv
     sent = next(call for call in served.sched.calls if call[0] == "explain")
     assert sent[1].class_key == req.class_key and sent[2] is True
     assert out["text"] == "alpha wins" and out["decision"] == {"node": "alpha"}
+
+
+def test_terminate_node_travels_whole_and_a_hand_joined_node_is_a_refusal(served: Served) -> None:
+    with served.client() as c:
+        ended = c.terminate_node("alpha")
+        with pytest.raises(ApiRefused) as refused:
+            c.terminate_node("by-hand")
+    assert ended == {"node_id": "n1" * 8, "provider": "local", "instance_id": "local-1", "jobs_stopped": ["j1", "j2"]}
+    assert ("terminate_node", "alpha") in served.sched.calls
+    assert refused.value.code == "FAILED_PRECONDITION" and "joined by hand" in str(refused.value)
 
 
 def test_events_pages_newest_and_after_a_number(served: Served) -> None:

@@ -46,7 +46,7 @@ def test_stubs_name_the_service_and_its_methods() -> None:
     service = operator_pb2.DESCRIPTOR.services_by_name["Operator"]
     assert service.full_name == "fabric.operator.v1.Operator"
     assert {m.name for m in service.methods} == {
-        "Status", "ListNodes", "Cordon", "Uncordon", "Drain", "Evict", "NotifyInterruption", "CreateBundle",
+        "Status", "ListNodes", "Cordon", "Uncordon", "Drain", "Evict", "TerminateNode", "NotifyInterruption", "CreateBundle",
         "UpdateBundle", "DeleteBundle", "GetBundle", "ListBundles", "Explain", "Migrate", "AbortMigration",
         "WatchEvents",
     }

@@ -20,7 +20,7 @@ from fabric.cli.common import ADDRESS_HELP, API_HELP, EXIT_FAILED, EXIT_OK, EXIT
 from test_api_client import TOKEN, Served
 
 ROOT = Path(__file__).resolve().parents[2]
-API_COMMANDS = ("status", "nodes", "jobs", "events", "cordon", "uncordon", "drain", "evict", "migrate", "migrations",
+API_COMMANDS = ("status", "nodes", "jobs", "events", "cordon", "uncordon", "drain", "evict", "terminate", "migrate", "migrations",
                 "interrupt", "explain", "settings show")
 
 

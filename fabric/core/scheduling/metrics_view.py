@@ -112,6 +112,21 @@ def metrics_view(core: Mapping[str, Any], records: Iterable[NodeRecord], *, jobs
     return m
 
 
+def scheduler_metrics(core: Any, settings: Any, jobs: Any, *, tasks_dispatch_failed: int, uptime_s: float) -> dict[str, Any]:
+    """``metrics_view`` of a running scheduler: ``core`` its ``SchedulerCore``, ``settings`` its
+    ``FabricSettings``, ``jobs`` its job runner (None: it runs no jobs; read for ``metrics()``, its
+    book's bundles and its dispatch-failure counter)."""
+    fleet = core.fleet
+    bundles = getattr(getattr(jobs, "book", None), "bundles", None) or {}
+    return metrics_view(
+        core.metrics(), (), group_sums=fleet.group_sums(), jobs=jobs.metrics() if jobs is not None else None,
+        pools=[p.name for p in settings.pools], default_pool=fleet.default_pool,
+        spare_targets={e.pool: e.target_count for e in settings.hot_spares},
+        bundle_pools={bid: getattr(b.bundle, "pool", None) or fleet.default_pool for bid, b in bundles.items()},
+        tasks_dispatch_failed=tasks_dispatch_failed,
+        jobs_dispatch_failed=getattr(jobs, "counters", {}).get("dispatch_failed", 0), uptime_s=uptime_s)
+
+
 def _key(name: str, **tags: str) -> SeriesKey:
     return name, tuple(sorted(tags.items()))
 
@@ -169,4 +184,4 @@ DESCRIPTIONS = {
 }
 """One line per exported series name (Prometheus HELP)."""
 
-__all__ = ["DESCRIPTIONS", "JOB_COUNTERS", "PLACEMENT_OUTCOMES", "SeriesKey", "metrics_view", "series"]
+__all__ = ["DESCRIPTIONS", "JOB_COUNTERS", "PLACEMENT_OUTCOMES", "SeriesKey", "metrics_view", "scheduler_metrics", "series"]
