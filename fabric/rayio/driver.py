@@ -25,6 +25,11 @@ from fabric.core.errors import FabricError
 class AnswerTimeout(Exception):
     """An actor did not answer within the time the caller may wait (``RayDriver.answer``)."""
 
+    def __init__(self, waited_s: float | None = None) -> None:
+        super().__init__(waited_s)
+        self.waited_s = waited_s
+        """How long the caller waited (seconds), when known."""
+
 
 class RayDriver:
     """Ray, as the driver side of the fabric uses it."""

@@ -110,17 +110,24 @@ def ask_renewal(s: "Session", lease: Lease, req: "Requirement", now: float, rele
 
 def take_renewal(s: "Session", lease: Lease, name: str) -> None:
     """Take the grant asked for into use, waiting for it if it has not arrived, at most the
-    session's ``answer_timeout_s``: past that ``SchedulerUnavailableError`` (a hung scheduler must
-    not hang every caller's ``.remote()``); the request stays asked, so the next call may still take it."""
-    timeout_s = s.answer_timeout_s
+    session's ``call_wait_s()`` (short while the scheduler is silent): past that
+    ``SchedulerUnavailableError`` (a hung scheduler must not hang every caller's ``.remote()``);
+    the request stays asked, so the next call may still take it."""
     try:
-        grant = s.driver.answer(lease.state.renewal, timeout_s)
-    except AnswerTimeout:
-        raise SchedulerUnavailableError(
-            f"{name}: the fabric's scheduler did not answer a lease request within {timeout_s:g} s; "
-            "the call was not submitted (is the scheduler actor alive? see `fabric status`)",
-            waited_s=timeout_s, what="lease") from None
+        grant = s.call_answer(lease.state.renewal)
+    except AnswerTimeout as exc:
+        raise unavailable_error(s, name, "a lease request", exc, "lease") from None
     lease.take(grant)
+
+
+def unavailable_error(s: "Session", name: str, asked: str, exc: AnswerTimeout, what: str) -> SchedulerUnavailableError:
+    """The error of a call whose wait for the scheduler's answer to ``asked`` ran out (``exc``)."""
+    waited = exc.waited_s if exc.waited_s is not None else s.answer_timeout_s
+    silent = s.silence()
+    since = f" (silent for {silent:.0f} s)" if silent is not None and silent >= 1 else ""
+    return SchedulerUnavailableError(
+        f"{name}: the fabric's scheduler did not answer {asked} within {waited:g} s{since}; the call was not "
+        "submitted (is the scheduler actor alive? see `fabric status`)", waited_s=waited, what=what)
 
 
 def lease_for(s: "Session", key: tuple, plan: CallPlan, now: float) -> Lease:
@@ -158,7 +165,7 @@ def submit(fn: Callable, req: "Requirement", opts: "DispatchOptions", name: str,
                 timeout = opts.queue_timeout_s if opts.queue_timeout_s is not None else s.queue_timeout_s
                 ref = lease.spill.remote(time.time() + timeout, *args, **kwargs)
                 st.spilled_call(_first(ref), now)
-                s.calls.spilled_call()
+                s.spilled_call()
                 return ref
             if where is not None:
                 ref = lease.bound[where].remote(*args, **kwargs)
@@ -175,15 +182,13 @@ def _first(ref: Any) -> Any:
 
 
 def submit_placed(s: "Session", plan: CallPlan, opts: "DispatchOptions", args: tuple, kwargs: dict) -> Any:
-    """The per-call path: the scheduler reserves a slot (or queues the call in the dispatcher)."""
+    """The per-call path: the scheduler reserves a slot (or queues the call in the dispatcher),
+    waited for at most the session's ``call_wait_s()``, as a lease renewal is."""
     req, name = plan.req, plan.name
     try:
-        assignment: NodeAssignment = s.api().place_task(req, release_idle(s, time.monotonic()))
-    except AnswerTimeout:
-        raise SchedulerUnavailableError(
-            f"{name}: the fabric's scheduler did not answer a placement within {s.answer_timeout_s:g} s; "
-            "the call was not submitted (is the scheduler actor alive? see `fabric status`)",
-            waited_s=s.answer_timeout_s, what="place") from None
+        assignment: NodeAssignment = s.call_api().place_task(req, release_idle(s, time.monotonic()))
+    except AnswerTimeout as exc:
+        raise unavailable_error(s, name, "a placement", exc, "place") from None
     if assignment.status == "assigned":
         return plan.placed(assignment.node_id, assignment.ray_gpus).remote(assignment.allocation_id, *args, **kwargs)
     if opts.on_no_capacity == "raise":

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
-from fabric.core.errors import SchedulerUnavailableError
+from fabric.core.errors import FabricError, SchedulerUnavailableError
 from fabric.core.names import DISPATCHER, SCHEDULER
 from fabric.rayio.scheduler_client import SchedulerClient
 from fabric.runtime.counts import EXIT_POLL_S, EXIT_STALL_S, EXIT_WAIT_S, CallReporter
@@ -32,6 +32,13 @@ if TYPE_CHECKING:  # pragma: no cover
 ANSWER_TIMEOUT_S = 10.0
 """How long a caller waits for the scheduler's answer (a lease, a placement) before
 ``SchedulerUnavailableError``. It answers in milliseconds; a restart takes a second or two."""
+SILENT_WAIT_S = 2.0
+"""How long a lease renewal or a placement waits instead, once a wait for the scheduler ran out
+with no answer and none came since (``Session.silent_since``): during a head outage every call
+would otherwise pay the whole ``ANSWER_TIMEOUT_S`` again, one after another. Such a call is refused,
+not lost, and its caller sends it again; the first answer restores the full wait."""
+WITNESS_WAIT_S = 1.0
+"""How long each of the two looks at the scheduler's pid waits at exit (``restarted_since_spilling``)."""
 EXIT_FLUSH_S = 2.0
 """How long an exiting process waits for the scheduler to take its last call counts."""
 
@@ -39,7 +46,8 @@ EXIT_FLUSH_S = 2.0
 class Session:
     """This process's connection to the fabric on one Ray session (see the module docstring)."""
 
-    def __init__(self, driver: Any, key: object | None, settings: "FabricSettings | None" = None) -> None:
+    def __init__(self, driver: Any, key: object | None, settings: "FabricSettings | None" = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.driver = driver
         """The Ray seam (``RayDriver``, or a fake)."""
         self.key = key
@@ -59,6 +67,14 @@ class Session:
         self.queue_timeout_s = 300.0
         """The scheduler's default queue timeout (asked when connecting)."""
         self.answer_timeout_s = ANSWER_TIMEOUT_S
+        self.clock = clock
+        """Monotonic seconds, for ``silent_since``."""
+        self.silent_since: float | None = None
+        """When (``clock``) the first wait for the scheduler ran out with no answer since its last
+        answer; None while it answers. Lease renewals and placements then wait ``SILENT_WAIT_S``."""
+        self.spill_witness: Any = None
+        """The scheduler's pid as it was at this session's first spilled call (an ``ObjectRef`` of
+        ``pid()``, looked at only at exit): a scheduler with another pid has lost their count."""
         self.lock = threading.Lock()
         self.calls = CallReporter(self._report_calls)
         """This session's calls on leased slots, counted when sent (``fabric.runtime.counts``)."""
@@ -81,8 +97,62 @@ class Session:
         for at most ``answer_timeout_s`` (``AnswerTimeout`` past it; the scheduler's own error raised)."""
         return SchedulerClient(self.scheduler, self._answer)
 
+    def call_api(self) -> SchedulerClient:
+        """``api()`` for the calls a ``.remote()`` makes (a placement): each answer waited for at most
+        ``call_wait_s()``. A refusal there costs the caller a retry, not a job."""
+        return SchedulerClient(self.scheduler, self._call_answer)
+
+    def call_wait_s(self) -> float:
+        """How long a lease renewal or a placement waits for the scheduler now: ``answer_timeout_s``,
+        or ``SILENT_WAIT_S`` (no longer than that) while the scheduler is silent."""
+        if self.silent_since is None:
+            return self.answer_timeout_s
+        return min(SILENT_WAIT_S, self.answer_timeout_s)
+
+    def call_answer(self, ref: Any) -> Any:
+        """An answer of the scheduler for a ``.remote()`` (a lease renewal), waited for at most
+        ``call_wait_s()``; ``AnswerTimeout`` past it, its ``waited_s`` the wait."""
+        return self._waited(ref, self.call_wait_s())
+
+    def silence(self) -> float | None:
+        """How long (seconds) the scheduler has been silent, or None while it answers."""
+        since = self.silent_since
+        return None if since is None else max(0.0, self.clock() - since)
+
+    def _call_answer(self, ref: Any, least_wait_s: float | None) -> Any:
+        return self.call_answer(ref)
+
     def _answer(self, ref: Any, least_wait_s: float | None) -> Any:
-        return self.driver.answer(ref, self.answer_timeout_s)
+        return self._waited(ref, self.answer_timeout_s)
+
+    def _waited(self, ref: Any, wait_s: float) -> Any:
+        """``ref``'s answer, waited for at most ``wait_s``. Every wait tells whether the scheduler is
+        silent: one that ran out starts the silence (``AnswerTimeout`` raised, its ``waited_s`` set),
+        an answer ends it. An error the scheduler raised is an answer too."""
+        from fabric.rayio.driver import AnswerTimeout
+
+        try:
+            answer = self.driver.answer(ref, wait_s)
+        except AnswerTimeout as exc:
+            if self.silent_since is None:
+                self.silent_since = self.clock()
+            exc.waited_s = wait_s
+            raise
+        except FabricError:
+            self.silent_since = None
+            raise
+        self.silent_since = None
+        return answer
+
+    def spilled_call(self) -> None:
+        """One call sent to the spill selector: counted (its worker reports it), and at the first,
+        the scheduler's pid asked for (``spill_witness``)."""
+        if self.spill_witness is None and self.scheduler is not None:
+            try:
+                self.spill_witness = self.scheduler.pid.remote()
+            except Exception:  # the call is sent already; an exit without the witness only waits longer
+                pass
+        self.calls.spilled_call()
 
     def connect(self, bring_up: Callable[[], object] | None = None) -> "Session":
         """Look up the scheduler and dispatcher and ask the scheduler's queue timeout:
@@ -126,6 +196,7 @@ class Session:
         with self.lock:
             self.scheduler = self.dispatcher = None
             self.leases = {}
+            self.silent_since = None  # the next scheduler is another one; spill_witness stays: its pid differs
             self.calls.take_all()  # the scheduler they were for is gone, and its counters with it
 
 
@@ -231,11 +302,31 @@ def _at_exit() -> None:
         pass
 
 
+def restarted_since_spilling(s: Session, wait_s: float = WITNESS_WAIT_S) -> bool:
+    """Whether the scheduler now runs in another process than at ``s``'s first spilled call (its pid
+    differs from ``spill_witness``): a restart, a head's or the actor's own. Each look waits at most
+    ``wait_s``; a look that fails or is not answered leaves it unknown, and unknown is False."""
+    witness, sched = s.spill_witness, s.scheduler
+    if witness is None or sched is None:
+        return False
+    try:
+        then = s.driver.answer(witness, wait_s)
+        now = s.driver.answer(sched.pid.remote(), wait_s)
+    except Exception:
+        return False
+    return bool(then != now)
+
+
 def wait_spill_reports(s: Session, deadline: float, stall_s: float = EXIT_STALL_S) -> bool:
     """Wait until the scheduler has seen the reports of every call ``s`` spilled (its workers count
     them: ``fabric.runtime.counts``), or ``deadline`` (``time.monotonic``) passes, or the count has
     not grown for ``stall_s`` (a report lost with its worker, on a node that died, never comes);
-    whether it saw all."""
+    whether it saw all. A scheduler that restarted since the first of those calls
+    (``restarted_since_spilling``) is not waited for at all: its count is kept in memory only, so
+    the reports that came before the restart are gone with the old scheduler and the count could
+    never be reached (False)."""
+    if restarted_since_spilling(s, max(0.1, min(WITNESS_WAIT_S, deadline - time.monotonic()))):
+        return False
     job = s.driver.job_id()
     last, grew = -1, time.monotonic()
     while True:

@@ -172,6 +172,22 @@ def test_a_workers_report_carries_its_refused_calls_beside_the_ones_that_ran(cou
     assert worker_calls._take_spill_report(time.time()) == (0, 0, 1)  # nothing ran: nothing to wait for
 
 
+class PidRef:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+
+class Pid:
+    """The scheduler's ``pid()``: ``now`` is the process it runs in now (another one after a restart)."""
+
+    def __init__(self, now: int) -> None:
+        self.now, self.asked = now, 0
+
+    def remote(self):
+        self.asked += 1
+        return PidRef(self.now)
+
+
 class Tally(Recorder):
     """A scheduler that has seen ``seen[0]`` of this job's spilled calls (``spilled_seen``)."""
 
@@ -180,6 +196,9 @@ class Tally(Recorder):
         self.seen = [0]
         self.asked: list[str] = []
         self.spilled_seen = self
+        self.pid = Pid(1000)
+        self.pid_waits: list[float] = []
+        self.pid_error: Exception | None = None
 
     def remote(self, *args, **kwargs):
         if len(args) == 1 and isinstance(args[0], str):
@@ -192,6 +211,11 @@ class Tally(Recorder):
         return "02000000"
 
     def answer(self, ref, timeout_s):
+        if isinstance(ref, PidRef):
+            self.pid_waits.append(timeout_s)
+            if self.pid_error is not None:
+                raise self.pid_error
+            return ref.pid
         return self.seen[0]
 
 
@@ -203,12 +227,51 @@ def test_an_exiting_driver_waits_until_the_scheduler_saw_every_call_it_spilled_a
     s.scheduler = tally
     s.calls.close()
     for _ in range(3):
-        s.calls.spilled_call()
+        s.spilled_call()
+    assert s.calls.spilled == 3 and tally.pid.asked == 1  # the witness: asked at the first spilled call only
     assert wait_spill_reports(s, time.monotonic() + 30) and tally.asked == ["02000000"] * 3
-    tally.seen = [-10**6]  # the scheduler restarted and forgot the job's reports: waited for until the deadline
+    tally.seen = [-10**6]  # a count that never comes, from the same scheduler (its pid): waited for until the deadline
     start = time.monotonic()
     assert not wait_spill_reports(s, start + 0.3)
     assert len(tally.asked) > 3
+
+
+def test_a_scheduler_that_restarted_since_the_calls_spilled_is_not_waited_for_at_exit():
+    """The scheduler keeps its count of spilled calls in memory only: after a restart (a head's, or
+    its actor's own) the reports that came before it are gone, the count is never reached, and the
+    wait used to sit out its whole stall (5 s per driver exit). It now returns at once."""
+    from fabric.runtime.session import WITNESS_WAIT_S, Session, restarted_since_spilling, wait_spill_reports
+
+    tally = Tally()
+    s = Session(tally, None)
+    s.scheduler = tally
+    s.calls.close()
+    s.spilled_call()
+    s.spilled_call()
+    assert not restarted_since_spilling(s)  # the same process as at the first spilled call
+    tally.pid.now = 2000  # the head restarted: the scheduler runs in another process
+    assert restarted_since_spilling(s)
+    start = time.monotonic()
+    assert not wait_spill_reports(s, start + 30)  # not all seen: they are lost
+    assert tally.asked == [] and time.monotonic() - start < 1  # never polled
+    assert tally.pid_waits and all(w <= WITNESS_WAIT_S for w in tally.pid_waits)  # short looks
+
+
+def test_a_scheduler_pid_that_cannot_be_read_keeps_the_wait():
+    """Unknown is not a restart: a pid look that fails leaves the exit wait as it was."""
+    from fabric.rayio.driver import AnswerTimeout
+    from fabric.runtime.session import Session, restarted_since_spilling, wait_spill_reports
+
+    tally = Tally()
+    s = Session(tally, None)
+    assert not restarted_since_spilling(s)  # nothing spilled: no witness
+    s.scheduler = tally
+    s.calls.close()
+    s.spilled_call()
+    tally.pid.now = 2000
+    tally.pid_error = AnswerTimeout(1.0)
+    assert not restarted_since_spilling(s)
+    assert wait_spill_reports(s, time.monotonic() + 30) and tally.asked == ["02000000"]
 
 
 def test_the_exit_wait_ends_once_the_count_stops_growing():
@@ -223,10 +286,10 @@ def test_the_exit_wait_ends_once_the_count_stops_growing():
     s.scheduler = tally
     s.calls.close()
     for _ in range(3):
-        s.calls.spilled_call()
+        s.spilled_call()
     start = time.monotonic()
-    assert not wait_spill_reports(s, start + 30, stall_s=0.2)
-    assert time.monotonic() - start < 5
+    assert not wait_spill_reports(s, start + 30, stall_s=0.2)  # the same scheduler: its count is waited for
+    assert 0.2 <= time.monotonic() - start < 5
 
 
 def test_a_driver_can_wait_for_its_spilled_calls_reports_before_it_reads_its_fallbacks(monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 
 from fabric import SchedulerUnavailableError, adaptive
 from fabric.core.names import DISPATCHER, HEALTH, REGISTRY, SCHEDULER, probe_actor_name
-from fabric.core.scheduling import LeaseGrant, LeaseSlot
+from fabric.core.scheduling import LeaseGrant, LeaseSlot, NodeAssignment
 from fabric.rayio.driver import AnswerTimeout
 from fabric.runtime import control, dispatch, session
 
@@ -43,9 +43,12 @@ class Method:
 class FakeScheduler:
     def __init__(self, grant: LeaseGrant | None = None, answers: bool = True) -> None:
         self.answers = answers
+        """False: every wait for an answer runs out (``FakeDriver.answer``), as during a head outage."""
         self.queue_timeout_s = Method(120.0)
         self.lease = Method(lambda lease_id, *rest: grant or LeaseGrant(lease_id, (LeaseSlot(A, 1),), SELECTOR, 1.0,
                                                                                             spill_via=B))
+        self.place_task = Method(NodeAssignment("assigned", node_id=A, allocation_id=7))
+        self.pid = Method(4242)
 
 
 class FakeDriver:
@@ -56,6 +59,8 @@ class FakeDriver:
         self.actors = {SCHEDULER: scheduler or FakeScheduler(), DISPATCHER: object(), HEALTH: object(),
                        REGISTRY: object(), probe_actor_name(A): object()}
         self.killed: list[str] = []
+        self.waits: list[float] = []
+        """Every ``answer``'s wait, in order."""
 
     def session_key(self):
         return self.key
@@ -78,6 +83,7 @@ class FakeDriver:
         del self.actors[name]
 
     def answer(self, ref, timeout_s):
+        self.waits.append(timeout_s)
         if not self.actors[SCHEDULER].answers:
             raise AnswerTimeout(timeout_s)
         return ref.value
@@ -192,6 +198,7 @@ def test_ray_options_are_built_once_per_function_class_and_node(fake):
     assert [r.ran[2] for r in refs[:2]] == [(0,), (refs[1].ran[2][0], 1)]  # a spilled call's one own argument: its deadline
     assert isinstance(refs[1].ran[2][0], float)
     assert len(FakeRemotes.built) == 2  # A's options and the spill's, for fifty calls
+    assert len(driver.actors[SCHEDULER].pid.calls) == 1  # the spill witness: asked at the first spilled call only
     strategies = {b[1]: b[2] for b in FakeRemotes.built}
     assert (strategies["leased"].node_id, strategies["leased"].soft) == (A, True)
     assert (strategies["spilled"].node_id, strategies["spilled"]._spill_on_unavailable) == (B, True)
@@ -214,6 +221,66 @@ def test_two_functions_of_one_name_and_class_each_run_their_own_code(fake):
     for i in range(3):
         assert call(s, first, i).ran[0] is first.function
         assert call(s, second, i).ran[0] is second.function
+
+
+def renewal_due(s) -> None:
+    """The session's one lease is past its tick: its next call asks for a grant and waits for it."""
+    next(iter(s.leases.values())).state.renew_at = 0.0
+
+
+def test_a_silent_scheduler_is_waited_on_briefly_until_it_answers_again(fake):
+    """During a head outage every call waited the whole 10 s before it was refused, one after
+    another. Once a wait has run out, a lease renewal waits ``SILENT_WAIT_S``; the first answer
+    restores the full wait."""
+    driver, s = fake
+    now = [100.0]
+    s.clock = lambda: now[0]
+    connected(driver, s)
+    af = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg")(lambda x: x)
+    call(s, af, 1)  # the lease's first grant
+    assert driver.waits == [10.0, 10.0] and s.silence() is None and s.call_wait_s() == 10.0
+    driver.actors[SCHEDULER].answers = False  # the head went down
+    renewal_due(s)
+    with pytest.raises(SchedulerUnavailableError) as first:
+        call(s, af, 2)
+    assert (first.value.what, first.value.waited_s) == ("lease", 10.0) and "within 10 s;" in str(first.value)
+    assert driver.waits[-1] == 10.0 and s.silent_since == 100.0 and s.silence() == 0.0
+    assert s.call_wait_s() == session.SILENT_WAIT_S == 2.0
+    now[0] += 5.0
+    with pytest.raises(SchedulerUnavailableError) as second:
+        call(s, af, 3)  # the renewal asked is still asked: waited for again, briefly
+    assert (second.value.what, second.value.waited_s) == ("lease", 2.0)
+    assert "within 2 s (silent for 5 s)" in str(second.value)
+    assert driver.waits[2:] == [10.0, 2.0] and s.silent_since == 100.0  # still silent since the first wait
+    driver.actors[SCHEDULER].answers = True  # the head is back
+    call(s, af, 4)
+    assert driver.waits[-1] == 2.0 and s.silent_since is None and s.call_wait_s() == 10.0
+    renewal_due(s)
+    call(s, af, 5)
+    assert driver.waits[4:] == [2.0, 10.0]
+
+
+def test_a_placement_waits_briefly_too_and_reads_keep_the_full_wait(fake):
+    """The per-call path (a call with a priority) goes to the scheduler on every call, so it is the
+    one that paid 10 s per call during an outage. Reads (``api()``) still wait the whole time."""
+    driver, s = fake
+    connected(driver, s)
+    af = adaptive.remote(min_tier="gpu_apu", floor="cpu_ffmpeg", priority=1)(lambda x: x)
+    assert call(s, af, 1).ran[1:] == ("placed", (7, 1))
+    driver.actors[SCHEDULER].answers = False
+    for expected in (10.0, 2.0, 2.0):
+        with pytest.raises(SchedulerUnavailableError) as exc:
+            call(s, af, 2)
+        assert (exc.value.what, exc.value.waited_s) == ("place", expected)
+        assert f"within {expected:g} s" in str(exc.value)
+    with pytest.raises(AnswerTimeout) as read:
+        s.api().queue_timeout_s()
+    assert read.value.waited_s == 10.0 and s.silence() is not None
+    driver.actors[SCHEDULER].answers = True
+    assert call(s, af, 3).ran[1] == "placed" and s.silence() is None
+    call(s, af, 4)
+    assert driver.waits == [10.0, 10.0, 10.0, 2.0, 2.0, 10.0, 2.0, 10.0]
+    assert len(driver.actors[SCHEDULER].place_task.calls) == 6
 
 
 def test_down_stops_the_actors_in_order_and_the_session_forgets_them(fake):
