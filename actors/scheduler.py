@@ -26,6 +26,7 @@ from actors.feed_stimuli import stimulus_for
 from actors.fleet_feed import FleetFeed
 from actors.jobs import RESUME_WAIT_S, JobRunner
 from actors.moves import MoveRequests
+from actors.node_strikes import NodeStrikes
 from actors.provisioner import Provisioner
 from fabric.core.errors import CapacityError, MessageError
 from fabric.core.placement import PlacementContext, Requirement
@@ -82,6 +83,7 @@ class Scheduler:
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
         self.raised: dict[str, dict[str, Any]] = {}
         """Node id -> the slot cap the scaler raised it to (kept when the node comes back)."""
+        self.strikes = NodeStrikes(self)  # nodes that keep failing to start jobs: unhealthy for a while
         self.tick_times = TickTimes()
         """The loop's latest ticks, timed (``loop_stats``)."""
         self._loop_task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
@@ -104,6 +106,7 @@ class Scheduler:
         self._observe_slots()
         self._handle(Tick())
         self._scale()
+        self.strikes.tick()
         self._sync_demand()
         if self.jobs is not None:
             self.jobs.tick()
@@ -125,12 +128,14 @@ class Scheduler:
                 if isinstance(stimulus, NodeJoined):
                     stimulus = self._claimed(stimulus)
                     self.provisioner.registered(stimulus.record.instance_id)
-                    tags = {**self.spare_tags.get(stimulus.record.node_id, {}), **self.raised.get(stimulus.record.node_id, {})}
+                    nid = stimulus.record.node_id
+                    tags = {**self.spare_tags.get(nid, {}), **self.raised.get(nid, {}), **self.strikes.tags(nid)}
                     if tags:  # a node that comes back keeps the tags written for it
                         stimulus = NodeJoined(stimulus.record.evolve(**tags), stimulus.cause, stimulus_id=stimulus.stimulus_id)
                 elif change.kind == "lost":
                     self.spare_tags.pop(change.node_id, None)
                     self.raised.pop(change.node_id, None)
+                    self.strikes.forget(change.node_id)
                 if stimulus is not None:
                     self._carry_out(self.core.handle(stimulus))
                 if change.kind == "lost" and self.jobs is not None:

@@ -25,6 +25,7 @@ from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-export
 from fabric.core.settings_api import ApiSettings
 from fabric.core.settings_fence import FenceSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
+from fabric.core.settings_rejections import RejectionSettings
 from fabric.core.settings_routes import HostName, RouteSettings
 from fabric.core.settings_store import StoreSettings
 from fabric.core.settings_types import NonNegFloat, PositiveSeconds, SettingsModel  # noqa: F401 - re-exported where they were
@@ -306,6 +307,8 @@ class FabricSettings(SettingsModel):
     """Heartbeat, offline, drain-grace and flap-damping timings."""
     failure: FailurePolicySettings = Field(default_factory=FailurePolicySettings)
     """Restart ceilings for long-running jobs."""
+    rejections: RejectionSettings = Field(default_factory=RejectionSettings)
+    """Nodes that keep failing to start jobs are kept off placement for a while."""
     hot_spares: tuple[HotSpareSettings, ...] = ()
     """Hot spares per pool."""
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
