@@ -5,7 +5,8 @@ no reference to the scheduler actor itself:
 
 - ``TaskCorePort``: the task core, as far as long-running work uses it — place an instance (the
   same engine, filters and key as a task), reserve a pinned slot again after a restart, give slots
-  back, cordon a node, read the fleet; ``SchedulerTaskCore`` is it over the scheduler actor's core.
+  back, cordon a node, end a single-use job's node, read the fleet; ``SchedulerTaskCore`` is it over
+  the scheduler actor's core.
 - ``RayDrainPort``: Ray's drain of a node (``SchedulerRayDrain``: the probe actor leaves first for an
   idle termination, which Ray refuses while any actor runs there).
 - ``CoreWorld``: what the pure jobs core reads (``fabric.core.jobs.state.JobsWorld``), over the task
@@ -19,6 +20,7 @@ the task core's own instructions.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Callable, Protocol
 
 from fabric.core.jobs.drains import AskRayToDrain
@@ -28,6 +30,8 @@ from fabric.core.scheduling import Cordoned, DrainRequested, PlaceRequested, Slo
 from fabric.core.settings import FabricSettings
 from fabric.core.tiers import ComputeTier
 
+SINGLE_USE_REASON = "single-use job ended"
+"""Why a single-use job's node is terminated (the provider's ``node_terminated`` note says it)."""
 IDLE_RETRIES = 10
 """Tries of Ray's idle termination while the probe's worker is still going away (0.5 s apart)."""
 
@@ -57,6 +61,11 @@ class TaskCorePort(Protocol):
     def handed_off(self, node_id: str) -> bool:
         """Whether the task core is done with a draining node: its part of the drain (running tasks
         finish, the node is marked draining in the registry) is not in progress and no call runs there."""
+
+    def end_node(self, node_id: str) -> bool:
+        """A single-use job on ``node_id`` ended for good: have the provider that made the node end
+        it (cordoned first, so nothing lands there meanwhile). Whether a termination was started:
+        False for a node no provider made (joined by hand) or one the fleet no longer holds."""
 
     def resolve_node(self, node: str) -> str: ...
 
@@ -105,6 +114,16 @@ class SchedulerTaskCore:
     def handed_off(self, node_id: str) -> bool:
         core = self._scheduler.core  # no tasks part in progress and no call running there (a part not yet started counts)
         return node_id not in core.drains and core.ledger.running_on(node_id) == 0
+
+    def end_node(self, node_id: str) -> bool:
+        rec = self.fleet.get(node_id)
+        if rec is None or not rec.provider or not rec.instance_id:
+            return False
+        self.cordon(node_id, None)
+        ending = self._scheduler.terminate_instance(rec.provider, rec.instance_id, SINGLE_USE_REASON, node_id)
+        asyncio.get_event_loop().create_task(ending).add_done_callback(
+            functools.partial(_say_if_failed, what=f"terminating node {node_id[:12]} ({rec.provider}/{rec.instance_id})"))
+        return True
 
     def resolve_node(self, node: str) -> str:
         node_id: str = self._scheduler.core.resolve_node(node)
@@ -164,4 +183,10 @@ class CoreWorld:
         return self._can_hand_over(job_id)
 
 
-__all__ = ["CoreWorld", "RayDrainPort", "SchedulerRayDrain", "SchedulerTaskCore", "TaskCorePort"]
+def _say_if_failed(task: "asyncio.Task[Any]", what: str) -> None:
+    """Log a background task's failure (nobody awaits it)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        print(f"[fabric.jobs] {what} failed: {type(exc).__name__}: {exc}")
+
+
+__all__ = ["CoreWorld", "RayDrainPort", "SchedulerRayDrain", "SchedulerTaskCore", "SINGLE_USE_REASON", "TaskCorePort"]

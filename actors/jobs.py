@@ -11,9 +11,10 @@ its ports, on the scheduler's event loop (no locks):
   watched by one asyncio task (an outstanding ``__fabric_watch__`` call, and ``__fabric_health__``
   pings when the class has the hook), stopped or killed; what comes of it goes back as
   ``InstanceStarted`` / ``InstanceEnded``; the saga steps are ``actors.migrations``';
-- **Ray's drain** (``actors.drains``), **the event log** (``emit``), **the store** (``persist``:
-  a request's changes are written before it is answered; what the instances' watches and launches
-  see is written once per turn of the event loop, ``persist_soon``), slots back to the task core.
+- **Ray's drain** (``actors.drains``), **the event log** (``emit``, kept by ``actors.job_events``),
+  **the store** (``persist``: a request's changes are written before it is answered; what the
+  instances' watches and launches see is written once per turn of the event loop,
+  ``persist_soon``), slots back to the task core, a single-use job's node ended (``end_node``).
 
 Restart: a scheduler that comes back (SIGKILL, node loss) reads the jobs core's whole state back
 from the store; after its fleet's first sync it lists the live instances by name and hands them to
@@ -38,13 +39,14 @@ from typing import Any, Callable, Iterator
 from actors.bundle_ops import BundleOps, new_job_id
 from actors.drains import DrainRunner
 from actors.inherited import StoreCluster
+from actors.job_events import MAX_EVENTS, JobEventLog
 from actors.job_watch import watch_instance
 from actors.job_ports import CoreWorld, RayDrainPort, SchedulerRayDrain, SchedulerTaskCore, TaskCorePort
 from actors.migrations import SAGA_STEPS, MigrationRunner
 from fabric.core.errors import InvalidSpecError, JobNotFoundError, MessageError
 from fabric.core.jobs import JobBook, JobRecord, JobSpec, JobState
 from fabric.core.jobs.book import (
-    JobEvent, JobStatus, PlaceJob, ReleaseSlot, StartInstance, StopInstance, instance_key, summarize,
+    EndNode, JobEvent, JobStatus, PlaceJob, ReleaseSlot, StartInstance, StopInstance, instance_key, summarize,
 )
 from fabric.core.jobs.core import JobsCore
 from fabric.core.jobs.drains import AskRayToDrain
@@ -55,13 +57,11 @@ from fabric.core.jobs.stimuli import (
     InstanceEnded, JobPlaced, JobsNodeLost, JobsTick, JobSubmitted, JobUnplaced, LeaseAsked, PlacementsDue,
     CapacityJoined, Restarted, SlotReserved, StopRequested,
 )
-from fabric.core.scheduling.stimuli import new_stimulus_id
-from fabric.store.job_rows import decode_bundle, decode_event, decode_job, encode_bundle, encode_event, encode_job
+from fabric.store.job_rows import decode_bundle, decode_job, encode_bundle, encode_job
 from fabric.store.jobs import JobStore
 
 STOP_GRACE_S = 10.0
 """How long ``__fabric_stop__`` may take before the instance is killed."""
-MAX_EVENTS = 10_000
 RESUME_WAIT_S = 30.0
 """How long a job's state is held back after a restart, until the jobs read back are checked
 against what lives (``JobRunner.resumed_by``); past it the book is answered as it stands."""
@@ -92,10 +92,9 @@ class JobRunner:
         self.watches: dict[str, asyncio.Task] = {}
         """Per instance key: the task that watches it."""
         self.handles: dict[str, Any] = {}
-        self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
-        self.seq = store.last_event()
-        self._new_events: list[tuple[int, bytes]] = []
         self.counters: collections.Counter = collections.Counter()
+        self.event_log = JobEventLog(store.last_event(), clock, self.counters)
+        """The fabric's event log (``actors.job_events``)."""
         self.gpus: dict[str, float] = {}
         """Per instance key about to start: the GPUs to ask Ray for (the core's ``ray_gpus``)."""
         self.cordons: list[asyncio.Task] = []
@@ -115,6 +114,16 @@ class JobRunner:
     @property
     def book(self) -> JobBook:
         return self.core.book
+
+    @property
+    def seq(self) -> int:
+        """The last event's number."""
+        return self.event_log.seq
+
+    @property
+    def events(self) -> collections.deque:
+        """The events kept in memory, oldest first."""
+        return self.event_log.events
 
     @property
     def preempting(self) -> set[str]:
@@ -159,11 +168,7 @@ class JobRunner:
                 self.book.adopt(decode_job(blob))
             except Exception as exc:
                 print(f"[fabric.jobs] job {job_id!r} could not be read back: {type(exc).__name__}: {exc}")
-        for seq, blob in self.store.events(max(0, self.seq - MAX_EVENTS)):
-            try:
-                self.events.append(decode_event(blob))
-            except Exception:
-                pass
+        self.event_log.load(self.store.events(max(0, self.event_log.seq - MAX_EVENTS)))
         self.book.dirty.clear()
         self.book.dirty_bundles.clear()
         self.moves.load(self.store)
@@ -213,9 +218,9 @@ class JobRunner:
         state = self.moves.changed_rows() + self.drains.changed_rows()
         if jobs or bundles or state:
             self.store.write(jobs, bundles, state)
-        if self._new_events:
-            self.store.append_events(self._new_events)
-            self._new_events = []
+        events = self.event_log.take_unwritten()
+        if events:
+            self.store.append_events(events)
 
     # -- the one way in: a stimulus handled, its instructions carried out ------------------------------
     def handle(self, stimulus: Any, *, answered: bool = True) -> Any:
@@ -271,6 +276,8 @@ class JobRunner:
                 self.spawn(self._stop(ins), ins.binding.instance_key + ":stop")
             elif isinstance(ins, ReleaseSlot):
                 self.tasks.release(ins.allocation_id)
+            elif isinstance(ins, EndNode):
+                self._end_node(ins)
             elif isinstance(ins, PlaceSoon):
                 self.soon()
             elif isinstance(ins, WatchInstance):
@@ -299,6 +306,12 @@ class JobRunner:
             else:
                 raise TypeError(f"not a jobs instruction: {type(ins).__name__}")
         return replies
+
+    def _end_node(self, ins: EndNode) -> None:
+        """A single-use job ended for good: its provider ends its node (a hand-joined one stays)."""
+        ended = self.tasks.end_node(ins.node_id)
+        self.emit("single_use_ended", {"job_id": ins.job_id, "node_id": ins.node_id, "node_terminated": ended},
+                  ins.stimulus_id or None)
 
     def _cordon(self, ins: Cordon) -> None:
         writes = self.tasks.cordon(ins.node_id, ins.timeout_s)
@@ -452,20 +465,7 @@ class JobRunner:
     def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> None:
         """Append one event to the fabric's log (``seq``, ``kind``, ``at``, ``stimulus_id``, ``data``):
         ``stimulus_id`` names what caused it (a fresh one when not given)."""
-        self.seq += 1
-        event = {"seq": self.seq, "kind": kind, "at": self.clock(), "stimulus_id": stimulus_id or new_stimulus_id(),
-                 "data": dict(data)}
-        self.events.append(event)
-        self._new_events.append((self.seq, encode_event(event)))
-        self.counters[f"events_{kind}"] += 1
-        if kind == "job_state" and data.get("to") == "recovering":
-            self.counters["job_restarts"] += 1
-        if kind == "job_dropped":
-            self.counters["jobs_dropped"] += 1
-        elif kind == "bundle_broken":
-            self.counters["bundles_broken"] += 1
-        elif kind == "job_rejected":
-            self.counters["jobs_rejected"] += 1
+        self.event_log.emit(kind, data, stimulus_id)
 
     def metrics(self) -> dict[str, Any]:
         """The job and bundle counters, and jobs per state."""
@@ -476,16 +476,8 @@ class JobRunner:
                 "job_restarts": self.counters["job_restarts"], "jobs": dict(states)}
 
     def events_since(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
-        """Events numbered after ``since``, oldest first. The log is in seq order, so only its tail
-        newer than ``since`` is walked (a watcher that keeps up reads a few events, not the log)."""
-        newer: list[dict] = []
-        for e in reversed(self.events):
-            if e["seq"] <= since:
-                break
-            if not kinds or e["kind"] in kinds:
-                newer.append(e)
-        newer.reverse()
-        return newer
+        """Events numbered after ``since``, oldest first (``JobEventLog.since``)."""
+        return self.event_log.since(since, kinds)
 
     # -- the loop ---------------------------------------------------------------------------------------
     def tick(self) -> None:

@@ -2,7 +2,8 @@
 by ``fabric.up``; target 2 -> two spare nodes appear (real ``ray start`` children of the
 scheduler), each fetches its ``warm_for`` template's artifact (an ``images_prefetched`` event);
 a ``prefer_spare`` job whose node dies recovers onto a spare, which stops being one, and a
-replacement spare appears; lowering the target reaps one; a bad live list is refused whole.
+replacement spare appears; lowering the target reaps one; a bad live list is refused whole; a
+single-use job stopped on a node the provider made ends that node.
 
 Five raylets at most: head, one fixed node, two spares and the replacement. Tests run in order.
 """
@@ -17,6 +18,7 @@ ray = pytest.importorskip("ray")
 
 from fabric import adaptive  # noqa: E402
 from fabric.core.errors import SettingsError  # noqa: E402
+from fabric.core.names import PROVIDER_LABEL  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -154,3 +156,27 @@ def test_fabric_status_and_pools_show_pool_tiers_spares_and_prospective_nodes(lf
     assert text.returncode == 0, text.stderr
     assert "pool default" in text.stdout and "hot spares: 1/1 live" in text.stdout and "warm for encoder" in text.stdout
     assert max(len(line) for line in text.stdout.splitlines()) <= 100
+
+
+@adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60, exclusive=True,
+                 single_use=True, label_selector={PROVIDER_LABEL: "local"})
+class OneShot:
+    def where(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def test_a_stopped_single_use_job_ends_the_provider_node_it_ran_on(lf):
+    h = lf.handle
+    job = OneShot.remote()  # only a node the provider made has its label: the consumed spare, or the live one
+    node = job.result(job.wait_running(120).where.remote(), timeout_s=60)
+    seen = next(n for n in h.nodes() if n.node_id == node)
+    assert seen.provider == "local" and seen.instance_id, (seen.provider, seen.instance_id)
+    assert job.stop().value == "stopped"
+    ended = lf.wait_until(lambda: [e["data"] for e in h.job_events(kinds=["single_use_ended"])
+                                   if e["data"]["job_id"] == job.job_id], "a single_use_ended event", timeout_s=60)
+    assert ended == [{"job_id": job.job_id, "node_id": node, "node_terminated": True}]
+    lf.wait_until(lambda: seen.instance_id not in {i["instance_id"] for i in h.provisions()["instances"]},
+                  "the node's instance terminated", timeout_s=90)
+    lf.wait_until(lambda: not any(n["NodeID"] == node and n["Alive"] for n in ray.nodes())
+                  and all(n.status.value != "active" for n in h.nodes() if n.node_id == node),
+                  "the node gone from the fleet", timeout_s=90)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from fabric.core.errors import InvalidSpecError, JobNotFoundError
-from fabric.core.jobs.book import (RETRY_S, Binding, JobBook, JobEvent, PlaceJob, ReleaseSlot, StartInstance,
+from fabric.core.jobs.book import (RETRY_S, Binding, EndNode, JobBook, JobEvent, PlaceJob, ReleaseSlot, StartInstance,
                                    StopInstance)
 from fabric.core.jobs.spec import JobSpec
 from fabric.core.jobs.states import JOB_LIFECYCLE, JobState
@@ -437,3 +437,70 @@ def test_a_job_waiting_for_a_node_is_tried_again_as_soon_as_one_joins():
     (again,) = b.due(0.5, WHERE)
     assert again.job_id == "j1"
     assert b.capacity_joined(0.6) == 0  # nothing waits now (it is due already)
+
+
+# -- single-use jobs -------------------------------------------------------------------------------
+def single_use(**kw):
+    return spec(requirement=Requirement(exclusive=True), single_use=True, **kw)
+
+
+def test_a_stopped_single_use_job_ends_its_node_before_its_slot_goes_back():
+    b = Checked()
+    b.add("j1", single_use(), 0.0)
+    launch(b, "j1", "n1", "k1", 5, 0.0)
+    assert of(b.stop("j1", 1.0), EndNode) == []  # not while its instance still runs
+    out = b.stopped("j1", "k1", 2.0)
+    assert of(out, EndNode) == [EndNode("j1", "n1")] and b.job("j1").state == J.STOPPED
+    assert out.index(EndNode("j1", "n1")) < out.index(ReleaseSlot(5))  # nothing else lands there meanwhile
+
+
+@pytest.mark.parametrize("policy, essential, end", [("drop", False, J.DROPPED), ("drop", True, J.FAILED),
+                                                    ("avoid_spare", True, J.FAILED)])
+def test_a_single_use_job_that_ends_for_good_ends_the_node_it_died_on(policy, essential, end):
+    b = Checked()
+    b.add("j1", single_use(on_runtime_failure=policy, essential=essential, max_restarts_per_hour=0), 0.0)
+    out = fail_repeatedly(b, "j1", 1)
+    assert b.job("j1").state == end and of(out, EndNode) == [EndNode("j1", "n0")]
+
+
+@pytest.mark.parametrize("preempted", [False, True])
+def test_a_single_use_job_that_recovers_keeps_the_node_it_died_on(preempted):
+    b = Checked()
+    b.add("j1", single_use(on_runtime_failure="prefer_spare"), 0.0)
+    launch(b, "j1", "n1", "k1", 5, 0.0)
+    out = b.died("j1", "k1", 1.0, reason="actor died", preempted=preempted)
+    out += b.node_lost("n1", 1.5)
+    assert b.job("j1").state == J.RECOVERING and of(out, EndNode) == []
+    (p,) = b.due(10.0, WHERE)
+    out = b.placed("j1", "n2", 6, "k2", 10.0, WHERE) + b.started("j1", "k2", 10.0)
+    assert of(out, EndNode) == [] and b.job("j1").binding.node_id == "n2"
+    out = b.stop("j1", 11.0) + b.stopped("j1", "k2", 12.0)  # it ends on the node it was re-placed on
+    assert of(out, EndNode) == [EndNode("j1", "n2")]
+
+
+def test_a_single_use_job_that_migrated_keeps_its_source_node():
+    b = Checked()
+    b.add("j1", single_use(), 0.0)
+    launch(b, "j1", "n1", "k1", 5, 0.0)
+    out = b.migrating("j1", 1.0, "moved") + b.migrated("j1", "n2", "k2", 6, 2.0, "moved")
+    assert of(out, EndNode) == [] and b.job("j1").binding == Binding("n2", "k2", 6)
+
+
+def test_a_single_use_job_stopped_with_no_instance_ends_no_node():
+    b = Checked()
+    b.add("j1", single_use(), 0.0)
+    launch(b, "j1", "n1", "k1", 5, 0.0)
+    b.died("j1", "k1", 1.0)  # recovering: its node was kept, and it has none now
+    assert of(b.stop("j1", 2.0), EndNode) == [] and b.job("j1").state == J.STOPPED
+
+
+@pytest.mark.parametrize("how", ["stopped", "dropped", "failed", "recovered"])
+def test_a_job_that_is_not_single_use_never_ends_its_node(how):
+    b = Checked()
+    b.add("j1", spec(requirement=Requirement(exclusive=True), essential=how != "dropped",
+                     on_runtime_failure="avoid_spare" if how == "recovered" else "drop"), 0.0)
+    launch(b, "j1", "n1", "k1", 5, 0.0)
+    out = b.stop("j1", 1.0) + b.stopped("j1", "k1", 2.0) if how == "stopped" else b.died("j1", "k1", 1.0)
+    assert b.job("j1").state == {"stopped": J.STOPPED, "dropped": J.DROPPED, "failed": J.FAILED,
+                                 "recovered": J.RECOVERING}[how]
+    assert of(out, EndNode) == []

@@ -425,3 +425,102 @@ def test_a_poll_of_many_fleet_changes_is_written_once_and_places_waiting_jobs_on
         assert [seq for seq, _ in store.events(before)] == list(range(before + 1, before + 41))
 
     asyncio.run(go())
+
+
+# -- single-use jobs ---------------------------------------------------------------------------------
+SINGLE_USE = JobSpec("enc", Requirement(min_tier="cpu_ffmpeg", num_cpus=0.5, exclusive=True), single_use=True)
+
+
+class Provider:
+    """A ``local`` provider that notes what it is asked to terminate (``fail``: it refuses)."""
+
+    name = "local"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.terminated: list[str] = []
+
+    def terminate(self, instance_id):
+        if self.fail:
+            raise RuntimeError("the provider is away")
+        self.terminated.append(instance_id)
+
+    def list(self):
+        return []
+
+
+def ending_port(scheduler):
+    """The scheduler's task core port, noting each node the runner asks it to end and its answer."""
+    from actors.job_ports import SchedulerTaskCore
+
+    class EndingTaskCore(SchedulerTaskCore):
+        def __init__(self, scheduler):
+            super().__init__(scheduler)
+            self.ended = []
+
+        def end_node(self, node_id):
+            started = super().end_node(node_id)
+            self.ended.append((node_id, started))
+            return started
+
+    return EndingTaskCore(scheduler)
+
+
+async def single_use_job_stopped(tmp_path, provider, provider_made: bool):
+    """A single-use job placed on the fleet's one node (a provider's, or one joined by hand), started,
+    then stopped; the scheduler, once its instance ended."""
+    from fabric.core.scheduling import NodeJoined
+    from test_cascade import provisioned
+
+    clock, launcher = Clock(), FakeLauncher()
+    settings = {"pools": [{"name": "default", "tiers": [
+        {"name": "onprem"}, {"name": "burst", "scale_out": "elastic", "provider": "local",
+                             "candidate_shapes": [{"name": "cpu-box", "profile": "cpu-only-box"}]}]}]}
+    sched = Scheduler(settings, feed=FakeFeed([] if provider_made else [joined("n-hand", "cpu_ffmpeg")]),
+                      metrics=RecordingMetrics(), clock=clock, run_loop=False, providers={"local": provider},
+                      jobs=lambda s: JobRunner(s, JobStore(tmp_path / "jobs.db"), launcher, clock=clock, tasks=ending_port(s)))
+    await sched._sync()
+    if provider_made:
+        sched._handle(NodeJoined(provisioned("n-prov", "local-1", "burst")))
+    job_id = sched.jobs.submit(SINGLE_USE, b"cls", b"args")
+    sched.jobs.tick()
+    await settle()
+    (inst,) = launcher.started
+    inst.__fabric_started__.futures[0].set_result(None)
+    await settle()
+    assert sched.jobs.book.job(job_id).state == JobState.RUNNING
+    sched.jobs.stop(job_id)
+    await settle()
+    inst.__fabric_shutdown__.futures[0].set_result(None)
+    await settle()
+    assert sched.jobs.book.job(job_id).state == JobState.STOPPED
+    return sched, job_id
+
+
+@pytest.mark.parametrize("provider_made", [True, False])
+def test_a_stopped_single_use_job_ends_a_providers_node_and_leaves_a_hand_joined_one(tmp_path, provider_made):
+    provider = Provider()
+
+    async def go():
+        sched, job_id = await single_use_job_stopped(tmp_path, provider, provider_made)
+        node = "n-prov" if provider_made else "n-hand"
+        assert sched.jobs.tasks.ended == [(node, provider_made)]
+        (ev,) = sched.jobs.events_since(0, ["single_use_ended"])
+        assert ev["data"] == {"job_id": job_id, "node_id": node, "node_terminated": provider_made}
+        assert provider.terminated == (["local-1"] if provider_made else [])
+        assert sched.core.fleet.get(node).cordoned == provider_made  # nothing lands on a node that goes
+        notes = [e["data"] for e in sched.jobs.events_since(0, ["node_terminated"])]
+        assert notes == ([{"provider": "local", "instance_id": "local-1", "reason": "single-use job ended"}]
+                         if provider_made else [])
+
+    asyncio.run(go())
+
+
+def test_a_providers_refusal_to_end_a_single_use_node_is_said_and_nothing_else_breaks(tmp_path, capsys):
+    async def go():
+        sched, job_id = await single_use_job_stopped(tmp_path, Provider(fail=True), True)
+        (ev,) = sched.jobs.events_since(0, ["single_use_ended"])
+        assert ev["data"]["node_terminated"] and sched.jobs.book.validate_state() == []
+
+    asyncio.run(go())
+    assert "terminating node n-prov (local/local-1) failed: RuntimeError: the provider is away" in capsys.readouterr().out

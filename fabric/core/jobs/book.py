@@ -4,8 +4,9 @@ The book holds every job (``JobRecord``: its spec, state, binding to a node and 
 history) and every bundle the jobs belong to. Each call says what happened (a job was added, the
 engine placed it, its instance started, died, stopped; a node left; time passed) and returns the
 instructions for the scheduler actor to carry out, in order: place a job, start or stop an
-instance, give a slot back, emit an event. The actor does the I/O (Ray, the store) and reports
-what came of it with the next call; the book never waits and never reads a clock.
+instance, give a slot back, end a single-use job's node, emit an event. The actor does the I/O
+(Ray, the store) and reports what came of it with the next call; the book never waits and never
+reads a clock.
 
 Recovery follows ``fabric.core.jobs.restarts``: the node a job died on is excluded from its next
 placement, spares are ranked by its policy, attempts are ``min_recovery_interval_s`` apart, and
@@ -125,15 +126,27 @@ class ReleaseSlot:
 
 
 @dataclass(frozen=True, slots=True)
+class EndNode:
+    """A single-use job ended for good: the node its instance ran on is ended too, when a provider
+    made it (a node joined by hand is left as it is). Never for a job that recovers or moves."""
+
+    job_id: str
+    node_id: str
+    stimulus_id: str = field(default="", compare=False, kw_only=True)
+    """What caused it (stamped by ``JobsCore.handle``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class JobEvent:
     kind: str
-    """``job_state``, ``job_dropped``, ``job_rejected``, ``bundle_broken``, ``resilience_degraded``, ``placement_failed``."""
+    """``job_state``, ``job_dropped``, ``job_rejected``, ``bundle_broken``, ``resilience_degraded``, ``placement_failed``
+    (the executor records ``single_use_ended`` itself, when it carries out an ``EndNode``)."""
     data: dict[str, object]
     stimulus_id: str = field(default="", compare=False, kw_only=True)
     """What caused it (stamped by ``JobsCore.handle``)."""
 
 
-Instruction = PlaceJob | StartInstance | StopInstance | ReleaseSlot | JobEvent
+Instruction = PlaceJob | StartInstance | StopInstance | ReleaseSlot | EndNode | JobEvent
 Where = Callable[[str], tuple[str | None, str | None] | None]
 """A node's ``(zone, cloud)``, or None for a node the fleet does not hold."""
 
@@ -322,16 +335,19 @@ class JobBook:
              invalid_spec: str | None = None, fenced: bool = False) -> list[Instruction]:
         """The job's instance ``instance_key`` died (its actor or its node): recover by its policy,
         or end it (and break its bundle, for an essential job). ``fenced``: its end is not known
-        for sure (its node was lost, or died to Ray): a recovery waits until its lease has ended."""
+        for sure (its node was lost, or died to Ray): a recovery waits until its lease has ended.
+        A single-use job that ends for good (stopped, dropped, failed) ends its node too (``EndNode``)."""
         rec = self.jobs.get(job_id)
         if rec is None or rec.binding is None or rec.binding.instance_key != instance_key:
             return []  # an instance already replaced, or a job already gone
         binding = rec.binding
+        # a single-use job's node is ended before its slot goes back: nothing else lands there meanwhile
+        end_node: list[Instruction] = [EndNode(job_id, binding.node_id)] if rec.spec.single_use else []
         out: list[Instruction] = [ReleaseSlot(binding.allocation_id)] if binding.allocation_id is not None else []
         rec.binding = None
         self.dirty.add(job_id)
         if rec.state == JobState.STOPPING:
-            return out + self._move(rec, JobState.STOPPED, now, "stopped")
+            return end_node + out + self._move(rec, JobState.STOPPED, now, "stopped")
         spec = rec.spec
         v = verdict(policy=spec.on_runtime_failure, essential=spec.essential, history=rec.restarts, now=now,
                     max_per_hour=ceiling(spec.max_restarts_per_hour, spec.on_runtime_failure, self.failure),
@@ -351,6 +367,7 @@ class JobBook:
                 out.append(JobEvent("job_fenced", {"job_id": job_id, "instance_key": instance_key, "node_id": binding.node_id,
                                                    "wait_s": round(ends - now, 3), "reason": reason or "died"}))
             return out + self._move(rec, JobState.RECOVERING, now, why)
+        out = end_node + out  # it ends for good: dropped, or failed
         if v.action == "drop":
             return out + self._move(rec, JobState.DROPPED, now, v.reason) + [
                 JobEvent("job_dropped", {"job_id": job_id, "reason": v.reason, "bundle_id": rec.bundle_id})]
