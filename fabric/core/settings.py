@@ -26,6 +26,7 @@ from fabric.core.settings_api import ApiSettings
 from fabric.core.settings_fence import FenceSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
 from fabric.core.settings_rejections import RejectionSettings
+from fabric.core.settings_scaling import ScalingSettings
 from fabric.core.settings_routes import HostName, RouteSettings
 from fabric.core.settings_store import StoreSettings
 from fabric.core.settings_types import NonNegFloat, PositiveSeconds, SettingsModel  # noqa: F401 - re-exported where they were
@@ -263,30 +264,6 @@ def template_artifacts(settings: "FabricSettings", template: str | None) -> tupl
         return ()
     entry = settings.templates.get(template)
     return entry.artifacts if entry is not None and entry.artifacts else (template,)
-
-
-# The rules these settings drive: fabric.core.scheduling.scaling.
-class ScalingSettings(SettingsModel):
-    """Burst and utilisation scaling."""
-
-    enabled: bool = True
-    """False: the scaler asks for nothing."""
-    burst_queue_depth: Annotated[int, Field(ge=0)] = 8
-    """A pool's queue deeper than this ..."""
-    burst_window_s: PositiveSeconds = 30.0
-    """... for this long is a burst: raise headroom, else provision a worker group."""
-    group_interval_s: NonNegFloat = 60.0
-    """At most one new worker group per pool tier in this long."""
-    group_size: Annotated[int, Field(ge=1)] = 1
-    """Nodes in one new worker group (fewer where ``max_nodes`` leaves less room)."""
-    high_utilization: Annotated[float, Field(gt=0, le=1)] = 0.8
-    """Utilisation (running / slots) over this ..."""
-    high_window_s: PositiveSeconds = 300.0
-    """... for this long raises a node's concurrency within its limitations, else scales out."""
-    low_utilization: Annotated[float, Field(ge=0, lt=1)] = 0.1
-    """A pool's utilisation under this (its queue empty) ..."""
-    low_window_s: PositiveSeconds = 900.0
-    """... for this long scales idle provisioned nodes down to their pool tier's ``min_nodes``."""
 
 
 class NodeOverride(SettingsModel):
