@@ -71,6 +71,14 @@ class TaskCorePort(Protocol):
 
     def check_requirement(self, requirement: Requirement) -> Requirement: ...
 
+    def start_refused(self, node_id: str, job_id: str, reason: str) -> None:
+        """An instance placed on ``node_id`` failed before its constructor ran, for the node's sake
+        (its worker died at start, its runtime environment could not be set up, it never came up):
+        a rejection that counts toward marking the node unhealthy."""
+
+    def ran_on(self, node_id: str) -> None:
+        """A job reached running on ``node_id``: the node's rejections are forgotten."""
+
 
 class RayDrainPort(Protocol):
     async def drain(self, ask: AskRayToDrain) -> tuple[bool, str]:
@@ -132,6 +140,12 @@ class SchedulerTaskCore:
     def check_requirement(self, requirement: Requirement) -> Requirement:
         checked: Requirement = self._scheduler.core.check_requirement(requirement)
         return checked
+
+    def start_refused(self, node_id: str, job_id: str, reason: str) -> None:
+        self._scheduler.strikes.rejected(node_id, job_id, reason)
+
+    def ran_on(self, node_id: str) -> None:
+        self._scheduler.strikes.ran(node_id)
 
 
 class SchedulerRayDrain:

@@ -19,6 +19,8 @@ class WatchHost(Protocol):
 
     counters: collections.Counter
     launcher: Any
+    tasks: Any
+    """The task core port (``actors.job_ports.TaskCorePort``): rejections and runs, per node."""
     """The instance launcher (``fabric.rayio.instances.InstanceLauncher``, or a test's fake)."""
 
     @property
@@ -38,6 +40,22 @@ START_TIMEOUT_S = 120.0
 counted as failed to start."""
 
 
+def node_of(runner: WatchHost, job_id: str, key: str) -> str | None:
+    """The node instance ``key`` of ``job_id`` was placed on (None: no longer the job's instance)."""
+    rec = runner.book.jobs.get(job_id)
+    b = rec.binding if rec is not None else None
+    return b.node_id if b is not None and b.instance_key == key else None
+
+
+def refused_by_node(runner: WatchHost, job_id: str, key: str, reason: str) -> None:
+    """The instance failed before its constructor ran, on a node that is still there: a rejection
+    by that node (``TaskCorePort.start_refused``). A node that died took the instance with it: not
+    a rejection, a node lost."""
+    node_id = node_of(runner, job_id, key)
+    if node_id is not None:
+        runner.tasks.start_refused(node_id, job_id, reason)
+
+
 async def watch_instance(runner: WatchHost, job_id: str, key: str, handle: Any, starting: bool) -> None:
     """Watch one instance until it ends; tell the core what happened."""
     if starting:
@@ -46,17 +64,24 @@ async def watch_instance(runner: WatchHost, job_id: str, key: str, handle: Any, 
         except asyncio.TimeoutError:  # the cluster's trouble, not the job's: not counted against its ceiling
             runner.counters["dispatch_failed"] += 1
             runner.launcher.kill(handle)
-            return runner.instance_died(job_id, key, True, f"did not come up within {START_TIMEOUT_S:g} s (not counted)")
+            why = f"did not come up within {START_TIMEOUT_S:g} s (not counted)"
+            refused_by_node(runner, job_id, key, why)
+            return runner.instance_died(job_id, key, True, why)
         except Exception as exc:  # the instance died before it came up
             runner.counters["dispatch_failed"] += 1
             fate = runner.launcher.death(exc)
-            return runner.instance_died(job_id, key, fate[1] if fate else False, fate[2] if fate else str(exc),
-                                        node_died=died_with_its_node(exc))
-        if err is not None:
+            why, node_died = fate[2] if fate else str(exc), died_with_its_node(exc)
+            if not node_died:
+                refused_by_node(runner, job_id, key, why)
+            return runner.instance_died(job_id, key, fate[1] if fate else False, why, node_died=node_died)
+        if err is not None:  # its constructor ran and failed (or found its arguments invalid): the job's fault, not the node's
             kind, message = err
             runner.launcher.kill(handle)
             return runner.instance_died(job_id, key, False, message, invalid=message if kind == "invalid_spec" else None)
+        node_id = node_of(runner, job_id, key)
         runner.handle(InstanceStarted(job_id, key), answered=False)
+        if node_id is not None:
+            runner.tasks.ran_on(node_id)
     rec = runner.book.jobs.get(job_id)
     spec = rec.spec if rec is not None else JobSpec("job")
     payload = runner.payload_of(job_id)

@@ -29,9 +29,12 @@ class NodeStrikes:
         return float(self.host.core.clock())
 
     def _set(self, node_id: str, unhealthy: bool, cause: str) -> dict[str, Any] | None:
+        counters = self.host.core.counters
+        counters["nodes_unhealthy"] = len(self.strikes.unhealthy)  # a gauge beside the core's counters
         rec = self.host.core.fleet.get(node_id)
         if rec is None:
             return None
+        counters["nodes_marked_unhealthy"] += 1 if unhealthy else 0
         self.host.handle_stimulus(NodeChanged(node_id, {"unhealthy": unhealthy}, cause))
         return {"node_id": node_id, "name": rec.name}
 
@@ -71,6 +74,7 @@ class NodeStrikes:
 
     def forget(self, node_id: str) -> None:
         self.strikes.forget(node_id)
+        self.host.core.counters["nodes_unhealthy"] = len(self.strikes.unhealthy)
 
 
 __all__ = ["NodeStrikes"]

@@ -98,8 +98,14 @@ def test_three_failed_starts_keep_the_node_out_of_placement_until_a_job_runs_the
     unhealthy = next(e for e in sched.events() if e["kind"] == "node_unhealthy")
     assert unhealthy["data"]["reason"] == "rejections" and unhealthy["data"]["rejections"] == 3
     assert unhealthy["data"]["last_job_id"] == "j2" and unhealthy["data"]["cooldown_s"] == 600.0
+    m = sched.metrics()
+    assert (m["nodes_unhealthy"], m["nodes_marked_unhealthy"]) == (1, 1)
+    sched._export_gauges()
+    assert sched.metrics_sink.gauges[("fabric_nodes_unhealthy", ())] == 1
     sched.strikes.ran("bad")
     assert not sched.core.fleet.get("bad").unhealthy
+    m = sched.metrics()
+    assert (m["nodes_unhealthy"], m["nodes_marked_unhealthy"]) == (0, 1)  # a gauge, and a counter since start
     assert node_events(sched) == [("node_unhealthy", "bad", "rejections"), ("node_healthy", "bad", "job_ran")]
 
 
@@ -130,3 +136,89 @@ def test_a_node_that_leaves_is_forgotten(tmp_path):
     assert not sched.strikes.strikes.is_unhealthy("bad")
     assert sched.strikes.rejected("ghost", "j2", "x") is False  # not in the fleet: nothing marked, nothing kept
     assert not sched.strikes.strikes.is_unhealthy("ghost")
+
+
+# -- from the job runner's watch -----------------------------------------------------------------------------
+def runner_on(tmp_path, *nodes):
+    from test_job_runner import FakeLauncher
+
+    clock, launcher = Clock(), FakeLauncher()
+    feed = FakeFeed([FleetChange("joined", n, rec(n, "cpu_ffmpeg", slots=4)) for n in nodes])
+    sched = Scheduler(feed=feed, metrics=RecordingMetrics(), clock=clock, run_loop=False,
+                      jobs=lambda s: JobRunner(s, JobStore(tmp_path / "jobs.db"), launcher, clock=clock))
+    return sched, launcher, feed
+
+
+async def settle():
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+
+
+def test_instances_that_die_before_they_come_up_mark_their_node_and_one_that_runs_clears_it(tmp_path):
+    from test_job_runner import SPEC
+
+    async def go():
+        sched, launcher, feed = runner_on(tmp_path, "bad")
+        await sched._sync()
+        ids = [sched.jobs.submit(SPEC, b"cls", b"args") for _ in range(3)]
+        sched.jobs.tick()
+        await settle()
+        assert [i.node_id for i in launcher.started] == ["bad"] * 3
+        launcher.started[0].die(), launcher.started[1].die()
+        await settle()
+        assert not sched.core.fleet.get("bad").unhealthy  # two rejections: not yet
+        launcher.started[2].die()
+        await settle()
+        assert sched.core.fleet.get("bad").unhealthy
+        marked = [e["data"] for e in sched.events() if e["kind"] == "node_unhealthy"]
+        assert len(marked) == 1 and marked[0]["rejections"] == 3 and marked[0]["last_job_id"] == launcher.started[2].job_id in ids
+        feed.batches.append([FleetChange("joined", "good", rec("good", "cpu_ffmpeg", slots=4))])
+        await sched._sync()
+        clock_t = sched.core.clock()
+        sched.core.clock.t = clock_t + 10  # past each job's recovery spacing
+        sched.jobs.tick()
+        await settle()
+        assert {i.node_id for i in launcher.started[3:]} == {"good"}  # recovered, never onto the unhealthy node
+        return sched, launcher
+
+    sched, launcher = asyncio.run(go())
+    assert node_events(sched) == [("node_unhealthy", "bad", "rejections")]
+
+
+def test_a_constructor_that_fails_or_a_node_that_dies_is_no_rejection_and_a_job_running_clears_the_count(tmp_path):
+    from test_job_runner import SPEC
+
+    async def go():
+        sched, launcher, _ = runner_on(tmp_path, "n1")
+        await sched._sync()
+        for _ in range(3):
+            sched.jobs.submit(SPEC, b"cls", b"args")
+        sched.jobs.tick()
+        await settle()
+        a, b, c = launcher.started
+        a.__fabric_started__.futures[0].set_result(("error", "ValueError: bad argument"))  # the job's own fault
+        b.__fabric_started__.futures[0].set_exception(node_gone())
+        c.die()
+        await settle()
+        assert not sched.core.fleet.get("n1").unhealthy
+        assert sched.strikes.strikes.recent["n1"] and len(sched.strikes.strikes.recent["n1"]) == 1  # c alone counted
+        sched.jobs.submit(SPEC, b"cls", b"args")  # a fresh job lands there and runs
+        sched.jobs.tick()
+        await settle()
+        fresh = launcher.started[-1]
+        assert fresh.node_id == "n1"
+        fresh.__fabric_started__.futures[0].set_result(None)
+        await settle()
+        assert "n1" not in sched.strikes.strikes.recent  # a job ran there: the count starts over
+        return sched
+
+    asyncio.run(go())
+
+
+def node_gone() -> Exception:
+    """Ray's error for an actor it holds dead because its node died (``died_with_its_node``)."""
+    from ray.exceptions import RayActorError
+
+    from fabric.rayio.instances import NODE_DIED
+
+    return RayActorError(error_msg=f"The actor died {NODE_DIED}.")

@@ -91,6 +91,7 @@ class SchedulerCore:
             "nodes_joined": 0, "nodes_lost": 0, "work_lost_with_node": 0, "select_worker_calls": 0,
             "leases_granted": 0, "leases_expired": 0, "calls_reported": 0, "call_reports": 0,
             "provisions_requested": 0, "provisions_registered": 0, "provisions_failed": 0, "provisions_abandoned": 0,
+            "nodes_marked_unhealthy": 0, "nodes_unhealthy": 0,  # the scheduler's NodeStrikes keeps these two
         }
         self.cascade = Cascade(self.settings, self.fleet, self.ledger, self.provisions, self.counters, clock)
         self.lease_desk = LeaseDesk(self.fleet, self.ledger, self.leases, self.counters, clock, self.ray_gpus)

@@ -15,7 +15,9 @@ job runner already keep, plus
 - ``pools``: per pool ``nodes``, ``live_spares`` (tagged spare, carrying no work),
   ``spare_target`` (its hot-spare entry's ``target_count``), ``used_capacity_fraction`` (slots
   in use over slots, nodes still launching left out) and ``broken_bundle_ids``;
-- ``tiers`` (the core's: per tier nodes, placeable, running, slots, utilization), ``fallbacks``.
+- ``tiers`` (the core's: per tier nodes, placeable, running, slots, utilization), ``fallbacks``;
+- ``nodes_unhealthy`` (nodes kept off placement now for failed starts) and
+  ``nodes_marked_unhealthy`` (how often a node was marked so, since start).
 
 ``series`` turns such a dict into the exported series: counters (cumulative figures, which the
 sink is sent as deltas) and gauges, each keyed ``(name, tags)``. A gauge whose tag set is absent
@@ -154,7 +156,8 @@ def series(view: Mapping[str, Any]) -> tuple[dict[SeriesKey, float], dict[Series
         gauges[_key("fabric_pool_broken_bundles", pool=str(pool))] = float(len(p["broken_bundle_ids"]))
     for bundle_id in view.get("broken_bundle_ids") or ():
         gauges[_key("fabric_bundle_broken", bundle_id=str(bundle_id))] = 1.0
-    for name in ("queue_depth", "running", "leases", "drains", "provisions_pending"):
+    counters[_key("fabric_nodes_marked_unhealthy")] = float(view.get("nodes_marked_unhealthy", 0))
+    for name in ("queue_depth", "running", "leases", "drains", "provisions_pending", "nodes_unhealthy"):
         if name in view:
             gauges[_key(f"fabric_{name}")] = float(view[name])
     return counters, gauges
@@ -169,6 +172,8 @@ DESCRIPTIONS = {
     "fabric_jobs_dropped": "jobs dropped rather than restarted",
     "fabric_job_restarts": "job recoveries",
     "fabric_nodes": "nodes per compute tier",
+    "fabric_nodes_unhealthy": "nodes kept off placement for repeated failed starts",
+    "fabric_nodes_marked_unhealthy": "times a node was marked unhealthy for repeated failed starts",
     "fabric_utilization": "running / slots per compute tier",
     "fabric_pool_nodes": "nodes per pool",
     "fabric_pool_live_spares": "unconsumed hot spares per pool",
