@@ -3,7 +3,8 @@ by ``fabric.up``; target 2 -> two spare nodes appear (real ``ray start`` childre
 scheduler), each fetches its ``warm_for`` template's artifact (an ``images_prefetched`` event);
 a ``prefer_spare`` job whose node dies recovers onto a spare, which stops being one, and a
 replacement spare appears; lowering the target reaps one; a bad live list is refused whole; a
-single-use job stopped on a node the provider made ends that node.
+single-use job stopped on a node the provider made ends that node; terminating a node on request
+ends a provider's node (its job stopped first) and refuses a node joined by hand untouched.
 
 Five raylets at most: head, one fixed node, two spares and the replacement. Tests run in order.
 """
@@ -17,7 +18,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fabric import adaptive  # noqa: E402
-from fabric.core.errors import SettingsError  # noqa: E402
+from fabric.core.errors import SettingsError, TransitionError  # noqa: E402
 from fabric.core.names import PROVIDER_LABEL  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
@@ -180,3 +181,39 @@ def test_a_stopped_single_use_job_ends_the_provider_node_it_ran_on(lf):
     lf.wait_until(lambda: not any(n["NodeID"] == node and n["Alive"] for n in ray.nodes())
                   and all(n.status.value != "active" for n in h.nodes() if n.node_id == node),
                   "the node gone from the fleet", timeout_s=90)
+
+
+@adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60,
+                 label_selector={PROVIDER_LABEL: "local"})
+class OnProvided:
+    def where(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def test_terminate_ends_a_provider_node_after_its_jobs_and_refuses_a_hand_joined_one(lf):
+    h = lf.handle
+    by_hand = lf.add_node("cpu-only-box")  # joined by hand again (it was killed above): no provider made it
+    lf.wait_until(lambda: any(n.node_id == by_hand.node_id and n.status.value == "active" for n in h.nodes()),
+                  "the hand-joined node active", timeout_s=90)
+    terminated_before = len(h.job_events(kinds=["node_terminated"]))
+    with pytest.raises(TransitionError) as refused:
+        h.terminate_node(by_hand.node_id)
+    assert refused.value.from_state == "joined by hand"
+    assert by_hand.alive and any(n["NodeID"] == by_hand.node_id and n["Alive"] for n in ray.nodes())
+    assert len(h.job_events(kinds=["node_terminated"])) == terminated_before  # nothing was asked to end
+    assert not next(n for n in h.nodes() if n.node_id == by_hand.node_id).cordoned  # nor evicted
+
+    job = OnProvided.remote()  # only a node the provider made has its label
+    node = job.result(job.wait_running(120).where.remote(), timeout_s=60)
+    seen = next(n for n in h.nodes() if n.node_id == node)
+    ended = h.terminate_node(node)
+    assert ended == {"node_id": node, "provider": "local", "instance_id": seen.instance_id, "jobs_stopped": [job.job_id]}
+    noted = [e["data"] for e in h.job_events(kinds=["node_terminated"]) if e["data"]["instance_id"] == seen.instance_id]
+    assert [d["reason"] for d in noted] == ["terminated on request"]
+    lf.wait_until(lambda: seen.instance_id not in {i["instance_id"] for i in h.provisions()["instances"]},
+                  "the node's instance terminated", timeout_s=90)
+    lf.wait_until(lambda: not any(n["NodeID"] == node and n["Alive"] for n in ray.nodes()), "the node gone", timeout_s=90)
+    st = h.job(job.job_id)
+    assert st.binding is None or st.binding.node_id != node  # stopped there first: it recovers elsewhere by its policy
+    assert st.state.value in ("pending", "recovering", "starting", "running")
+    job.stop()
