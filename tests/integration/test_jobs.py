@@ -1,6 +1,7 @@
 """Long-running jobs on a real local fleet (issue 14): a decorated class is a job, never a task;
 the fabric places it, supervises it and recovers it by policy; a SIGKILLed scheduler re-adopts
-every live instance and recovers only the dead ones.
+every live instance and recovers only the dead ones; a node where instances keep failing before
+they come up is kept off placement for a while.
 
 One module-scoped LocalFabric (2-core machine): four raylets, twelve slots (a job holds one for
 its life). Tests run in file order; a test that
@@ -19,7 +20,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fabric import InvalidSpecError, JobHandle, JobState, JobUnavailableError, adaptive  # noqa: E402
-from fabric.core.names import JOB_PREFIX, NAMESPACE, SCHEDULER  # noqa: E402
+from fabric.core.names import JOB_PREFIX, NAMESPACE, PROFILE_LABEL, SCHEDULER  # noqa: E402
 from fabric.runtime.jobs import AdaptiveClass  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
@@ -32,7 +33,9 @@ SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "mon
             "failure": {"min_recovery_interval_s": 0.5},
             # a lease well past a scheduler restart on a loaded 2-core machine (2.5-5.5 s seen): the
             # local fleet's 4 s default let live instances end themselves while it came back
-            "fence": {"lease_ttl_s": 15.0, "renew_every_s": 1.0, "margin_s": 0.5}}
+            "fence": {"lease_ttl_s": 15.0, "renew_every_s": 1.0, "margin_s": 0.5},
+            # three failed starts on one node mark it unhealthy; the window is roomy for a loaded machine
+            "rejections": {"window_s": 60.0, "unhealthy_cooldown_s": 8.0}}
 
 
 @adaptive.remote(min_tier="cpu_ffmpeg", floor="cpu_ffmpeg", num_cpus=0.1, call_timeout_s=60)
@@ -197,3 +200,29 @@ def _answers(sched, old_pid: int) -> bool:
         return ray.get(sched.pid.remote(), timeout=5) != old_pid
     except Exception:
         return False
+
+
+def test_a_node_where_instances_keep_failing_to_come_up_is_kept_off_placement_for_a_while(lf):
+    h = lf.handle
+    target = next(n for n in lf.nodes if n.alive and n.profile == "cpu-only-box")
+    pin = {PROFILE_LABEL: "cpu-only-box"}  # the one node of that profile
+    # its runtime environment cannot be set up on the node: the worker never reaches the constructor
+    broken = Counter.options(on_runtime_failure="drop", label_selector=pin, runtime_env={"conda": "no-such-conda-env-anywhere"})
+    jobs = [broken.remote(0) for _ in range(3)]
+    for job in jobs:  # an essential job that is not to be restarted fails
+        lf.wait_until(lambda: h.job(job.job_id).state == JobState.FAILED,
+                      f"job {job.job_id} failed: it never came up ({h.job(job.job_id)})", timeout_s=150)
+    marked = lf.wait_until(lambda: [e["data"] for e in h.job_events(kinds=["node_unhealthy"])
+                                    if e["data"]["node_id"] == target.node_id and e["data"]["reason"] == "rejections"],
+                           "the node marked unhealthy", timeout_s=30)
+    assert marked[0]["rejections"] == 3 and marked[0]["last_job_id"] in {j.job_id for j in jobs}
+    assert h.metrics()["nodes_marked_unhealthy"] >= 1
+    good = Counter.options(label_selector=pin).remote(0)
+    healed = lf.wait_until(lambda: [e for e in h.job_events(kinds=["node_healthy"])
+                                    if e["data"]["node_id"] == target.node_id and e["data"]["reason"] == "cooldown"],
+                           "the cooldown ends the mark", timeout_s=60)
+    wait_state(lf, good, JobState.RUNNING, "the job placed there once the node is healthy again")
+    started = [e for e in h.job_events(kinds=["job_state"]) if e["data"].get("job_id") == good.job_id
+               and e["data"].get("to") == "starting"]
+    assert started and started[0]["seq"] > healed[0]["seq"]  # nothing was started there while it was unhealthy
+    good.stop()
