@@ -28,6 +28,7 @@ from actors.jobs import RESUME_WAIT_S, JobRunner
 from actors.moves import MoveRequests
 from actors.node_strikes import NodeStrikes
 from actors.provisioner import Provisioner
+from actors.scaling_ops import ScalingOps
 from fabric.core.errors import CapacityError, MessageError
 from fabric.core.placement import PlacementContext, Requirement
 from fabric.core.scheduling import messages as msg
@@ -38,7 +39,6 @@ from fabric.core.scheduling import (
 )
 from fabric.core.scheduling.loop_timing import TickTimes
 from fabric.core.scheduling.reports import SpillTally
-from fabric.core.scheduling.scaling import Scaler
 from fabric.core.scheduling.node_events import fleet_events
 from fabric.core.settings import FabricSettings
 from fabric.rayio.metrics import MetricsExporter, MetricsSink, RayMetrics
@@ -77,12 +77,10 @@ class Scheduler:
                 self.provisioner.attach(self.jobs.store)
             except Exception as exc:  # a provider that cannot be built here: its instances wait for the next start
                 print(f"[fabric.scheduler] provider instances not adopted: {type(exc).__name__}: {exc}")
-        self.scaler = Scaler()
-        """Burst and utilisation scaling, observed every tick (``_scale``)."""
+        self.scaling = ScalingOps(self)
+        """Burst and utilisation scaling, every tick; the slot caps it wrote (start caps, raises)."""
         self.spare_tags: dict[str, dict[str, Any]] = {}
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
-        self.raised: dict[str, dict[str, Any]] = {}
-        """Node id -> the slot cap the scaler raised it to (kept when the node comes back)."""
         self.strikes = NodeStrikes(self)  # nodes that keep failing to start jobs: unhealthy for a while
         self.tick_times = TickTimes()
         """The loop's latest ticks, timed (``loop_stats``)."""
@@ -105,7 +103,7 @@ class Scheduler:
         await self._sync()
         self._observe_slots()
         self._handle(Tick())
-        self._scale()
+        self.scaling.tick()
         self.strikes.tick()
         self._sync_demand()
         if self.jobs is not None:
@@ -129,12 +127,12 @@ class Scheduler:
                     stimulus = self._claimed(stimulus)
                     self.provisioner.registered(stimulus.record.instance_id)
                     nid = stimulus.record.node_id
-                    tags = {**self.spare_tags.get(nid, {}), **self.raised.get(nid, {}), **self.strikes.tags(nid)}
+                    tags = {**self.spare_tags.get(nid, {}), **self.scaling.joined(stimulus.record), **self.strikes.tags(nid)}
                     if tags:  # a node that comes back keeps the tags written for it
                         stimulus = NodeJoined(stimulus.record.evolve(**tags), stimulus.cause, stimulus_id=stimulus.stimulus_id)
                 elif change.kind == "lost":
                     self.spare_tags.pop(change.node_id, None)
-                    self.raised.pop(change.node_id, None)
+                    self.scaling.forget(change.node_id)
                     self.strikes.forget(change.node_id)
                 if stimulus is not None:
                     self._carry_out(self.core.handle(stimulus))
@@ -436,41 +434,6 @@ class Scheduler:
             used = count()
             if used:
                 self._handle(SlotsObserved(used))
-
-    # -- scaling (fabric.core.scheduling.scaling) -------------------------------------------------------
-    def _scale(self) -> None:
-        """One observation of the burst and utilisation windows; their actions carried out."""
-        from fabric.core.scheduling import Cordoned, ProvisionRequested
-        from fabric.core.scheduling.scaling import ProvisionGroup, RaiseConcurrency, ScaleDown
-
-        if not self.settings.scaling.enabled:
-            return
-        default = self.core.fleet.default_pool
-        depth: dict[str, int] = {}
-        for q in self.core.queue:
-            pool = q.requirement.pool or default
-            depth[pool] = depth.get(pool, 0) + 1
-        if self.jobs is not None:  # jobs waiting for a node are demand too: never scale down under them
-            for pool, n in self.jobs.waiting_by_pool(default).items():
-                depth[pool] = depth.get(pool, 0) + n
-        fleet, now = self.core.fleet, self.core.clock()
-        for a in self.scaler.observe_changes(now, fleet, fleet.take_changed("scaler"), depth, self.core.provisions.by_tier(), self.settings):
-            if isinstance(a, RaiseConcurrency) and a.node_id in self.core.fleet:
-                self.raised[a.node_id] = {"max_concurrent_tasks": a.slots}
-                self._handle(NodeChanged(a.node_id, {"max_concurrent_tasks": a.slots}, f"scaling: {a.reason}"))
-                self.record_event("concurrency_raised", {"node_id": a.node_id, "slots": a.slots, "reason": a.reason})
-            elif isinstance(a, ProvisionGroup):
-                self._handle(ProvisionRequested(a.pool, a.pool_tier, a.shape, a.count, f"scaling: {a.reason}"))
-                self.record_event("scale_out", {"pool": a.pool, "pool_tier": a.pool_tier, "shape": a.shape.name,
-                                                "count": a.count, "reason": a.reason})
-            elif isinstance(a, ScaleDown):
-                rec = self.core.fleet.get(a.node_id)
-                if rec is None or not rec.instance_id or not self.provisioner.knows(rec.provider, rec.instance_id):
-                    continue  # not a node this fabric's providers made (and still hold): never terminated
-                self._handle(Cordoned(a.node_id))  # nothing new lands there while it goes
-                self.provisioner.carry_out(TerminateNode(rec.provider, rec.instance_id, a.node_id, reason=f"scaling: {a.reason}"))
-                self.record_event("scale_down", {"node_id": a.node_id, "pool": a.pool, "pool_tier": a.pool_tier,
-                                                 "instance_id": rec.instance_id, "reason": a.reason})
 
     # -- providers and spares (actors.provisioner, actors.spares) -------------------------------------------
     async def provision_node(self, provider: str, shape: Any, pool: str, pool_tier: str, spare: bool = False,

@@ -1,11 +1,12 @@
 """``with_scheduler_view``: a node's registry record as the operator should see it.
 
-The registry's record says what a node is and how it is (status, capabilities, last seen). Two
+The registry's record says what a node is and how it is (status, capabilities, last seen). Three
 things it cannot say: whether the node is a hot spare *now* (its ``spare`` launch label is fixed
 for the node's life in Ray, but a spare that took a job is an ordinary node from then on, and the
-spare reconciler's tag in the scheduler's fleet is what placement reads) and which jobs are bound
-there (the scheduler's job book). Pure: the records, the scheduler's fleet and the job statuses
-come in, records go out.
+spare reconciler's tag in the scheduler's fleet is what placement reads), its slot cap in force
+(``max_concurrent_tasks``: an operator's override, a vertical start cap, a raise, all of them the
+scheduler's) and which jobs are bound there (the scheduler's job book). Pure: the records, the
+scheduler's fleet and the job statuses come in, records go out.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ STATUSES = tuple(s.value for s in NodeStatus)
 def with_scheduler_view(records: Sequence[NodeRecord], fleet: Iterable[NodeRecord],
                         statuses: Iterable[JobStatus]) -> list[NodeRecord]:
     """``records`` with the scheduler's spare tags (``spare``, ``spare_reserved_for``,
-    ``spare_exclusive``) for every node its ``fleet`` holds, and ``jobs``: the ids of the jobs
+    ``spare_exclusive``) and slot cap (``max_concurrent_tasks``, so ``slots`` is the cap placement
+    uses) for every node its ``fleet`` holds, and ``jobs``: the ids of the jobs
     whose binding is on that node. A node the fleet does not hold (offline, dead, not seen yet)
     keeps its record's tags."""
     tags = {n.node_id: n for n in fleet}
@@ -39,7 +41,8 @@ def with_scheduler_view(records: Sequence[NodeRecord], fleet: Iterable[NodeRecor
     for rec in records:
         seen = tags.get(rec.node_id) or rec
         out.append(replace(rec, jobs=frozenset(bound.get(rec.node_id, ())), spare=seen.spare,
-                           spare_reserved_for=seen.spare_reserved_for, spare_exclusive=seen.spare_exclusive))
+                           spare_reserved_for=seen.spare_reserved_for, spare_exclusive=seen.spare_exclusive,
+                           max_concurrent_tasks=seen.max_concurrent_tasks))
     return out
 
 

@@ -31,3 +31,10 @@ class ScalingSettings(SettingsModel):
     """A pool's utilisation under this (its queue empty) ..."""
     low_window_s: PositiveSeconds = 900.0
     """... for this long scales idle provisioned nodes down to their pool tier's ``min_nodes``."""
+    vertical_start_share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    """Opt-in vertical scaling: a node joins with a slot cap of ``ceil(limit × share)``, at least 1, where
+    the limit is its probed ``max_concurrent_tasks`` or a lower ``nodes.<name>.max_concurrent_tasks``; the
+    high-utilisation rule raises the cap toward the limit while the node stays busy. Null (or ``enabled:
+    false``): a node joins at its limit."""
+    vertical_step: Annotated[int, Field(ge=1)] | None = None
+    """Slots one raise adds (never past the limit); null: a raise goes straight to the limit."""

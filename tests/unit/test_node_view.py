@@ -1,5 +1,5 @@
-"""``with_scheduler_view``: the spare tags and the jobs bound to each node come from the
-scheduler's fleet and job book; a node the scheduler does not hold keeps its record's tags."""
+"""``with_scheduler_view``: the spare tags, the slot cap and the jobs bound to each node come from
+the scheduler's fleet and job book; a node the scheduler does not hold keeps its record's tags."""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def test_a_consumed_spare_is_no_spare_and_its_jobs_are_listed() -> None:
     assert out["n1"].jobs == frozenset({"j2", "j3"}) and not out["n1"].spare
     assert out["gone"].spare and out["gone"].jobs == frozenset() and out["gone"].status is NodeStatus.OFFLINE
     assert launched[0].spare  # the inputs are left as they were
+
+
+def test_the_slot_cap_is_the_schedulers() -> None:
+    launched = [node("low", slots=8), node("raised", slots=8, max_concurrent_tasks=2), node("off", slots=8)]
+    fleet = [replace(launched[0], max_concurrent_tasks=4), replace(launched[1], max_concurrent_tasks=8)]
+    out = {r.node_id: r for r in with_scheduler_view(launched, fleet, [])}
+    assert (out["low"].max_concurrent_tasks, out["low"].slots) == (4, 4)  # a vertical start cap
+    assert (out["raised"].max_concurrent_tasks, out["raised"].slots) == (8, 8)  # raised since
+    assert (out["off"].max_concurrent_tasks, out["off"].slots) == (None, 8)  # not in the fleet: its record's
 
 
 def test_without_a_fleet_or_jobs_the_records_are_unchanged_but_for_empty_jobs() -> None:

@@ -41,8 +41,8 @@ def _new_node(rnd: random.Random, i: int):
                 pool_tier=tier, spare=rnd.random() < 0.1, launching=rnd.random() < 0.1)
 
 
-def _run(seed: int) -> list:
-    """One random run, both scalers side by side; every action taken."""
+def _run(seed: int, settings: FabricSettings = SETTINGS) -> list:
+    """One random run, both scalers side by side (under ``settings``); every action taken."""
     rnd = random.Random(seed)
     fleet = FleetView((), SETTINGS)
     whole, changes = Scaler(), Scaler()
@@ -81,8 +81,8 @@ def _run(seed: int) -> list:
         if step % 25 == 0:  # queues and provisions last a while, so windows can run out
             depth = {"default": rnd.choice([0, 0, 3, 12]), "edge": rnd.choice([0, 9])}
             pending = {("default", "burst"): rnd.choice([0, 0, 0, 1])}
-        got = changes.observe_changes(now, fleet, fleet.take_changed("scaler"), depth, pending, SETTINGS)
-        want = whole.observe(now, fleet.records(), depth, pending, SETTINGS)
+        got = changes.observe_changes(now, fleet, fleet.take_changed("scaler"), depth, pending, settings)
+        want = whole.observe(now, fleet.records(), depth, pending, settings)
         assert got == want, f"step {step}"
         acts.extend(got)
         assert _windows(changes) == _windows(whole), f"step {step}"

@@ -24,8 +24,15 @@ The rules, and the choices made where they leave room:
   change, so a cap can be raised at most to ``capabilities.limitations.max_concurrent_tasks``
   (``concurrency_limit``). An operator override ``nodes.<name>.max_concurrent_tasks`` is a
   ceiling too: the scaler never raises a node past it (the operator lowered it on purpose). A
-  raise goes straight to the ceiling (what the probe and the operator deem safe), not by steps.
-  Only working nodes are raised.
+  raise goes straight to the ceiling (what the probe and the operator deem safe), or, with
+  ``vertical_step``, that many slots up, never past it (``raise_target``). Only working nodes are
+  raised.
+- **Vertical start** (opt-in, ``vertical_start_share``): a node that joins starts with a slot cap
+  of ``ceil(ceiling × share)``, at least 1 (``start_cap``; the scheduler writes it, as it writes a
+  raise), so the high-utilisation rule has headroom to raise it into while it stays busy. None
+  (the default) and ``enabled: false`` start every node at its ceiling: with nothing to raise it,
+  a reduced cap would stay reduced. Nodes of pools the settings do not name start at their
+  ceiling too (the scaler never looks at them).
 - **Growing a pool** (``_grow``, shared by the burst and the pool's high-utilisation window):
   raise every working node of the pool with headroom (activate idle capacity first); a
   node the vertical rule raised in the same call counts as that growth. Else, while any
@@ -42,8 +49,9 @@ The rules, and the choices made where they leave room:
   returned), so it fires again only after another full window; a window that could not act
   (pending provisions, every pool tier rate-limited or full) stays open and acts as soon as it
   can (a burst is urgent). The queue dropping to the threshold closes the window.
-- **High utilisation**: a node over ``high_utilization`` for ``high_window_s`` is raised to its
-  ceiling when it has headroom (its window then resets); without headroom its window stays
+- **High utilisation**: a node over ``high_utilization`` for ``high_window_s`` is raised toward
+  its ceiling (``raise_target``) when it has headroom (its window then resets, so a node raised
+  by steps that stays busy is raised again one window later); without headroom its window stays
   open and it does nothing alone: scale-out is the pool's (one group per pool, not one per hot
   node). A pool over ``high_utilization`` for ``high_window_s`` grows (raises first, as above);
   it resets once acted on, as a burst does.
@@ -68,6 +76,7 @@ The rules, and the choices made where they leave room:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Protocol, Union
 
@@ -92,7 +101,7 @@ LOW_UTILIZATION = "low_utilization"
 
 @dataclass(frozen=True)
 class RaiseConcurrency:
-    """Set node ``node_id``'s slot cap to ``slots`` (never above ``concurrency_limit``)."""
+    """Set node ``node_id``'s slot cap to ``slots`` (``raise_target``: never above ``concurrency_limit``)."""
 
     node_id: str
     slots: int
@@ -134,6 +143,29 @@ def concurrency_limit(record: NodeRecord, settings: FabricSettings) -> int:
     if override is not None and override.max_concurrent_tasks is not None:
         limit = min(limit, override.max_concurrent_tasks)
     return limit
+
+
+def raise_target(record: NodeRecord, settings: FabricSettings) -> int:
+    """The slot cap one raise gives ``record``: its ceiling (``concurrency_limit``), or with
+    ``scaling.vertical_step`` its cap plus that step, never past the ceiling. Not above its cap
+    when it has no headroom."""
+    limit = concurrency_limit(record, settings)
+    step = settings.scaling.vertical_step
+    return limit if step is None else min(limit, record.slots + step)
+
+
+def start_cap(record: NodeRecord, settings: FabricSettings) -> int | None:
+    """The slot cap ``record`` joins with under ``scaling.vertical_start_share``: ``ceil(ceiling ×
+    share)``, at least 1; None where it starts at its ceiling (no share, scaling off, a pool the
+    settings do not name, or a ceiling the share does not lower)."""
+    sc = settings.scaling
+    share = sc.vertical_start_share
+    pool = record.pool or settings.default_pool.name
+    if share is None or not sc.enabled or all(p.name != pool for p in settings.pools):
+        return None
+    limit = concurrency_limit(record, settings)
+    cap = max(1, math.ceil(limit * share - 1e-9))  # 10 × 0.3 is 3.0000000000000004: still 3
+    return cap if cap < limit else None
 
 
 def _working(rec: NodeRecord) -> bool:
@@ -330,12 +362,12 @@ class Scaler:
             self.node_high_since.pop(nid, None)
             return []
         start = self.node_high_since.setdefault(nid, now)
-        limit = concurrency_limit(rec, settings)
-        if now - start < sc.high_window_s or limit <= rec.slots or nid in raised:
+        target = raise_target(rec, settings)
+        if now - start < sc.high_window_s or target <= rec.slots or nid in raised:
             return []
         self.node_high_since[nid] = now
-        raised[nid] = limit
-        return [RaiseConcurrency(nid, limit, HIGH_UTILIZATION)]
+        raised[nid] = target
+        return [RaiseConcurrency(nid, target, HIGH_UTILIZATION)]
 
     def _grow(self, now: float, view: _PoolView, reason: str, settings: FabricSettings, raised: dict[str, int],
               pend: dict[str, int], pending: Mapping[tuple[str, str], int]) -> tuple[list[ScalingAction], bool]:
@@ -348,10 +380,10 @@ class Scaler:
             if rec.node_id in raised:
                 already = True
                 continue
-            limit = concurrency_limit(rec, settings)
-            if limit > rec.slots:
-                raised[rec.node_id] = limit
-                raises.append(RaiseConcurrency(rec.node_id, limit, reason))
+            target = raise_target(rec, settings)
+            if target > rec.slots:
+                raised[rec.node_id] = target
+                raises.append(RaiseConcurrency(rec.node_id, target, reason))
         if raises or already:
             return raises, True
         name = view.pool.name
