@@ -22,7 +22,7 @@ settings' (``jobs.1.name``, ``resilience.pool``, ``jobs.0.requirement.capabiliti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Literal
 
 from fabric.core.capabilities import ROLES, GpuVendor
@@ -324,6 +324,11 @@ def _place_replicas(bundle: Bundle, settings: FabricSettings, work: FleetView, d
                 replica, j.name, peers=peers, spec=spec, job_id=f"{bundle.bundle_id}/{replica}/{j.name}",
                 other_node=other, other_zone=other_rec.zone if other_rec else None,
                 other_cloud=other_rec.cloud if other_rec else None)
+            group = [g for g in bundle.jobs if g.name in ctx.co_locate_with]
+            if group and not any((replica, g.name) in placed for g in group):  # the first of its group: sized for all
+                reqs = [spec.requirement] + [_spec(g, pool, settings, defaults_for).requirement for g in group]
+                ctx = replace(ctx, group_cpus=sum(r.num_cpus for r in reqs),
+                              group_memory_mib=sum(r.memory_mib for r in reqs), group_jobs=len(reqs))
             if stop_at == (replica, j.name):
                 yield replica, j.name, dry_run(work, spec.requirement, ctx)
                 return

@@ -13,6 +13,7 @@ launch spare policy ``avoid_spare`` (hot spares are reserve; the ``onLaunch`` de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from fabric.core.errors import RequirementError
 
@@ -68,6 +69,13 @@ class PlacementContext:
     failure must already keep off their nodes, or the rest of the group could never follow."""
     same_node_default: bool = False
     """Hard: a job that declares neither rule co-locates with every rule-less placed peer."""
+    group_cpus: float = 0.0
+    """The CPUs this job's whole co-location group asks for (0: no group). While none of the group
+    is placed, the first of it takes a node (or has one provisioned) that fits them all."""
+    group_memory_mib: float = 0.0
+    """The memory the whole group asks for, likewise."""
+    group_jobs: int = 0
+    """How many jobs the group holds (each takes a slot), likewise."""
     intra_zone: str = "soft"
     """Intra-replica zone rule: ``hard`` (must share a placed peer's zone), ``soft`` (ranks), ``off``."""
     peers: tuple[Peer, ...] = ()
@@ -130,6 +138,14 @@ class PlacementContext:
     def resilience_forbids(self) -> bool:
         """Any ``forbid`` flag with the other replica placed."""
         return self.other_node is not None and "forbid" in (self.same_node, self.same_az, self.same_cloud)
+
+    def need(self, req: Any) -> tuple[float, float, int]:
+        """The CPUs, memory and slots a node must have free for ``req`` placed in this context: the
+        whole co-location group's while none of it is placed (its first mover sizes the node for
+        all of them), else ``req``'s own and one slot. What is reserved is always ``req``'s own."""
+        if self.group_jobs > 1 and not self.co_locate_nodes:
+            return max(req.num_cpus, self.group_cpus), max(req.memory_mib, self.group_memory_mib), self.group_jobs
+        return req.num_cpus, req.memory_mib, 1
 
     @property
     def co_locate_nodes(self) -> frozenset[str]:

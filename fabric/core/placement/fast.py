@@ -78,8 +78,7 @@ def _make_fits(req: Requirement, ctx: PlacementContext) -> Callable[[NodeRecord]
     """The filters the segments do not already imply, fused; returns the GPU choice or None."""
     excl = ctx.exclude_nodes
     caps = req.capabilities
-    need_cpu = req.num_cpus
-    need_mem = req.memory_mib
+    need_cpu, need_mem, need_slots = ctx.need(req)  # a co-location group's first mover: the whole group's
     need_cores = req.num_cores
     ports = req.ports
     gpus = req.num_gpus
@@ -115,6 +114,8 @@ def _make_fits(req: Requirement, ctx: PlacementContext) -> Callable[[NodeRecord]
                 if not term.matches(labels):
                     return None
         if rec.reserved_cpus + need_cpu > rec._cpu_total + EPS:
+            return None
+        if need_slots > 1 and rec.running + need_slots > rec._slots:
             return None
         if rec.reserved_memory_mib + need_mem > rec._mem_total + EPS:
             return None

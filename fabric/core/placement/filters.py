@@ -28,7 +28,8 @@ from fabric.core.tiers import ComputeTier
 class Query:
     """One requirement + context at one step of the walk, with the context's derived sets."""
 
-    __slots__ = ("req", "ctx", "level", "pool", "pool_tier", "packing", "co_nodes", "sep_nodes", "peer_zones", "images")
+    __slots__ = ("req", "ctx", "level", "pool", "pool_tier", "packing", "co_nodes", "sep_nodes", "peer_zones", "images",
+                 "need_cpu", "need_mem", "need_slots")
 
     def __init__(self, req: Requirement, ctx: PlacementContext, level: ComputeTier, pool: str, pool_tier: PoolTier) -> None:
         self.req = req
@@ -41,6 +42,7 @@ class Query:
         self.sep_nodes = ctx.separate_nodes
         self.peer_zones = ctx.peer_zones
         self.images = ctx.images
+        self.need_cpu, self.need_mem, self.need_slots = ctx.need(req)
 
 
 # -- the filters ---------------------------------------------------------------------------------
@@ -106,12 +108,13 @@ def level(rec: NodeRecord, q: Query) -> bool:
 
 
 def cpu(rec: NodeRecord, q: Query) -> bool:
-    """``cpu_usable × utilization_cap − reserved`` covers the request."""
-    return rec.reserved_cpus + q.req.num_cpus <= rec._cpu_total + EPS
+    """``cpu_usable × utilization_cap − reserved`` covers the request (the whole co-location
+    group's, for the first of it placed)."""
+    return rec.reserved_cpus + q.need_cpu <= rec._cpu_total + EPS
 
 
 def memory(rec: NodeRecord, q: Query) -> bool:
-    return rec.reserved_memory_mib + q.req.memory_mib <= rec._mem_total + EPS
+    return rec.reserved_memory_mib + q.need_mem <= rec._mem_total + EPS
 
 
 def cores(rec: NodeRecord, q: Query) -> bool:
@@ -119,8 +122,9 @@ def cores(rec: NodeRecord, q: Query) -> bool:
 
 
 def concurrency(rec: NodeRecord, q: Query) -> bool:
-    """Never past ``max_concurrent_tasks`` (no capacity oversubscription)."""
-    return rec.running < rec._slots
+    """Never past ``max_concurrent_tasks`` (no capacity oversubscription); the first of a
+    co-location group needs a slot for each of its jobs."""
+    return rec.running + q.need_slots <= rec._slots
 
 
 def ports(rec: NodeRecord, q: Query) -> bool:
@@ -237,10 +241,12 @@ def choose_gpus(rec: NodeRecord, req: Requirement) -> tuple[int, ...] | None:
 
 # -- provisioning --------------------------------------------------------------------------------
 def shape_fits(shape: NodeShape, req: Requirement, ctx: PlacementContext, level: ComputeTier) -> bool:
-    """A node of ``shape`` would serve ``level`` and fit ``req`` once up."""
+    """A node of ``shape`` would serve ``level`` and fit ``req`` once up (the whole co-location
+    group's CPUs and memory, for the first of it placed; its slots are what its probe will find)."""
     if shape.tier.rank < level.rank:
         return False
-    if shape.num_cpus + EPS < req.num_cpus or shape.memory_mib + EPS < req.memory_mib or int(shape.num_cpus) < req.num_cores:
+    need_cpu, need_mem, _ = ctx.need(req)
+    if shape.num_cpus + EPS < need_cpu or shape.memory_mib + EPS < need_mem or int(shape.num_cpus) < req.num_cores:
         return False
     if req.num_gpus > 0:
         if shape.gpus < gpus_needed(req):
