@@ -225,12 +225,14 @@ class HealthMonitor:
     def _ensure_probes(self, nodes: list[NodeHealth], table: list[RayNodeView] | None = None) -> None:
         rows = {r.node_id: r for r in (self.adapter.list_nodes() if table is None else table)}
         h = self.settings.health
+        spot = self.settings.spot_notices.model_dump(mode="json")
         for node in nodes:
             row = rows.get(node.node_id)
             if row is None or not row.alive or node.node_id in self.released:
                 continue
             try:
-                self.adapter.ensure_probe(self.probe_actor, row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s)
+                self.adapter.ensure_probe(self.probe_actor, row, heartbeat_interval_s=h.heartbeat_interval_s, reprobe_interval_s=h.reprobe_interval_s,
+                                          spot_notices=spot)
             except Exception as exc:
                 self.last_error = f"probe for {node.node_id[:12]}: {type(exc).__name__}: {exc}"
 

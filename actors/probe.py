@@ -11,7 +11,9 @@ run by hand on a node after ``fabric join``. The actor reads the node the way it
 
 So a simulated node behaves like a real one end to end. It also reports which artifacts the
 node's cache holds (``probes.artifacts.ArtifactCache``: placement's warmth), after registering
-and whenever that changes, and fills the cache on request (``prefetch``, a spare warming up). Every ``heartbeat_interval_s`` it sends
+and whenever that changes, and fills the cache on request (``prefetch``, a spare warming up). On a
+node with a ``fabric.io/cloud`` label it also reads the cloud's own reclaim notices and hands each
+to the scheduler (``actors.spot_watch``, the ``spot_notices`` settings). Every ``heartbeat_interval_s`` it sends
 a heartbeat with utilisation (``Sources.utilization()``: CPU, memory, per-GPU via NVML on a live
 node); every ``reprobe_interval_s`` it probes again and reports what the node lost since it
 joined (a GPU that vanished, an encoder that stopped working). Being pinned, it dies with its
@@ -26,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import ray
 
+from actors.spot_watch import spot_watch_for
 from fabric.core.names import LABEL_PREFIX, PROFILE_LABEL, RECORDING_ENV, REGISTRY
 from fabric.rayio.adapter import RayAdapter
 from fabric.rayio.heartbeat_channel import BLOCKED_RETRY_S, RAY_BEAT_EVERY, HeartbeatSender
@@ -61,11 +64,13 @@ class Probe:
     """The probe's logic: register, heartbeat, re-probe. ``adapter`` is the Ray seam (default: a
     ``RayAdapter``); ``sources`` the node's ``Sources`` and ``source`` the word naming them
     (default: ``sources_for(labels)``; given sources are named by their ``label``); ``clock`` a
-    monotonic time; ``artifacts`` the node's ``ArtifactCache`` (default: at ``cache_root(name)``)."""
+    monotonic time; ``artifacts`` the node's ``ArtifactCache`` (default: at ``cache_root(name)``);
+    ``spot_notices`` the settings section of that name (a dict; None: the defaults) and
+    ``spot_poller`` what reads the cloud's notices instead of HTTP (a test's)."""
 
     def __init__(self, node_id: str, *, name: str, labels: dict[str, str], heartbeat_interval_s: float, reprobe_interval_s: float,
                  adapter: Any = None, sources: Any = None, source: str | None = None, clock: Callable[[], float] = time.monotonic,
-                 artifacts: Any = None) -> None:
+                 artifacts: Any = None, spot_notices: Mapping[str, Any] | None = None, spot_poller: Any = None) -> None:
         self.node_id = node_id
         self.name = name
         self.labels = dict(labels)
@@ -100,6 +105,9 @@ class Probe:
         self.channel_blocked_until = 0.0
         self.channel_note: str | None = None
         """Why the probe left the channel, when it did."""
+        self.spot = spot_watch_for(node_id, self.labels, spot_notices, self.adapter, poller=spot_poller)
+        """The watch on the cloud's reclaim notices (None: no cloud label, or turned off)."""
+        self._spot_task: asyncio.Task | None = None
 
     def _probe(self) -> NodeCapabilities:
         from probes import probe_node
@@ -115,6 +123,8 @@ class Probe:
         """Beat every ``heartbeat_interval_s`` for ever (nothing while paused)."""
         self.sources.utilization()  # prime psutil's CPU counter
         self.next_probe = self.clock() + self.reprobe_interval_s
+        if self.spot is not None and self._spot_task is None:
+            self._spot_task = asyncio.get_running_loop().create_task(self.spot.run())
         while True:
             if self.clock() < self.paused_until:
                 await asyncio.sleep(min(self.heartbeat_interval_s, self.paused_until - self.clock()))
@@ -228,7 +238,7 @@ class Probe:
                 "tier": self.current.tier.value, "degraded": list(self.degraded),
                 "artifact_cache": str(getattr(self.artifacts, "root", "")), "warm": sorted(self.reported_warm or ()),
                 "heartbeat_transport": "udp" if self.channel is not None else "ray", "datagrams_sent": self.sender.sent,
-                "channel_note": self.channel_note}
+                "channel_note": self.channel_note, "spot": None if self.spot is None else self.spot.info()}
 
 
 @ray.remote(num_cpus=0)
@@ -237,9 +247,9 @@ class ProbeActor:
     a ``Probe`` and its loop."""
 
     def __init__(self, node_id: str, *, name: str, labels: dict[str, str], heartbeat_interval_s: float, reprobe_interval_s: float,
-                 adapter: Any = None) -> None:
+                 adapter: Any = None, spot_notices: dict[str, Any] | None = None) -> None:
         self.probe = Probe(node_id, name=name, labels=labels, heartbeat_interval_s=heartbeat_interval_s,
-                           reprobe_interval_s=reprobe_interval_s, adapter=adapter)
+                           reprobe_interval_s=reprobe_interval_s, adapter=adapter, spot_notices=spot_notices)
         self._task = asyncio.get_event_loop().create_task(self.probe.run())
 
     async def reprobe_now(self) -> list[str]:

@@ -127,9 +127,11 @@ class RayAdapter:
                 return handle
             await asyncio.sleep(interval_s)
 
-    def ensure_probe(self, probe_actor: Any, node: RayNodeView, *, heartbeat_interval_s: float, reprobe_interval_s: float) -> Any:
+    def ensure_probe(self, probe_actor: Any, node: RayNodeView, *, heartbeat_interval_s: float, reprobe_interval_s: float,
+                     spot_notices: dict[str, Any] | None = None) -> Any:
         """Get or start the probe actor of ``node`` (``probe_actor``: the Ray actor class, which the
-        health monitor passes in), hard-pinned to it: it is meant to die with its node."""
+        health monitor passes in), hard-pinned to it: it is meant to die with its node.
+        ``spot_notices``: the settings section of that name, for a node with a cloud label."""
         return probe_actor.options(
             name=probe_actor_name(node.node_id),
             namespace=self.namespace,
@@ -144,6 +146,7 @@ class RayAdapter:
             labels=dict(node.labels),
             heartbeat_interval_s=heartbeat_interval_s,
             reprobe_interval_s=reprobe_interval_s,
+            spot_notices=spot_notices,
         )
 
     # -- Ray's drain (the GCS's DrainNode: it stops new work on the node; it moves nothing) --------

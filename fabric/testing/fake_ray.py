@@ -111,13 +111,14 @@ def fabric_node(node_id: str, *, tier: str = "cpu_ffmpeg", name: str | None = No
 
 @dataclass
 class ProbeStart:
-    """One ``ensure_probe`` call: the node and the intervals the probe was started with."""
+    """One ``ensure_probe`` call: the node, the intervals and the ``spot_notices`` settings the probe was started with."""
 
     node_id: str
     name: str
     heartbeat_interval_s: float
     reprobe_interval_s: float
     probe_actor: Any = field(default=None, repr=False)
+    spot_notices: dict[str, Any] | None = None
 
 
 class FakeRayAdapter:
@@ -185,10 +186,12 @@ class FakeRayAdapter:
                 return handle
             await asyncio.sleep(0)  # a fake's actors appear only when a test adds them: yield, do not wait
 
-    def ensure_probe(self, probe_actor: Any, node: RayNodeView, *, heartbeat_interval_s: float, reprobe_interval_s: float) -> Any:
+    def ensure_probe(self, probe_actor: Any, node: RayNodeView, *, heartbeat_interval_s: float, reprobe_interval_s: float,
+                     spot_notices: dict[str, Any] | None = None) -> Any:
         """Record the start and, like ``get_if_exists=True``, return the node's probe handle (a
         recording ``FakeHandle`` made now when there is none)."""
-        self.probe_starts.append(ProbeStart(node.node_id, node.name, heartbeat_interval_s, reprobe_interval_s, probe_actor))
+        self.probe_starts.append(ProbeStart(node.node_id, node.name, heartbeat_interval_s, reprobe_interval_s, probe_actor,
+                                            spot_notices))
         if self.ensure_error is not None:
             raise self.ensure_error
         name = probe_actor_name(node.node_id)

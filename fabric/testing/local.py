@@ -53,23 +53,24 @@ class LocalNode:
 
 
 def node_spec(profile: str, name: str | None = None, *, max_slots: int | None = None, pool: str | None = None,
-              pool_tier: str | None = None, zone: str | None = None) -> dict[str, Any]:
+              pool_tier: str | None = None, zone: str | None = None, cloud: str | None = None) -> dict[str, Any]:
     """``Cluster.add_node`` arguments for a node of ``profile``: CPUs = its fabric slots, its
     capability resources and labels, and the profile label the probe actor reads. Built by the
     ``local`` provider's ``node_args``, so a LocalFabric node joins Ray as a provisioned one does."""
     from fabric.providers.local import node_args
 
-    return node_args(profile, name=name, max_slots=max_slots, pool=pool, pool_tier=pool_tier, zone=zone).cluster_kwargs()
+    return node_args(profile, name=name, max_slots=max_slots, pool=pool, pool_tier=pool_tier, zone=zone,
+                     cloud=cloud).cluster_kwargs()
 
 
 def recording_node_spec(recording: str, name: str, *, max_slots: int | None = None, pool: str | None = None,
-                        pool_tier: str | None = None, zone: str | None = None) -> dict[str, Any]:
+                        pool_tier: str | None = None, zone: str | None = None, cloud: str | None = None) -> dict[str, Any]:
     """Like ``node_spec`` for an arbitrary recording folder: no profile label (a label cannot hold a
     path); the raylet's environment carries ``FABRIC_RECORDING`` and its workers inherit it."""
     from fabric.providers.local import node_args
 
     return node_args(Path(recording), name=name, max_slots=max_slots, pool=pool, pool_tier=pool_tier,
-                     zone=zone).cluster_kwargs()
+                     zone=zone, cloud=cloud).cluster_kwargs()
 
 
 def free_port() -> int:
@@ -195,21 +196,24 @@ class LocalFabric:
         return name
 
     def add_node(self, name: str, *, profile: str | None = None, recording: str | None = None, wait: bool = True,
-                 pool: str | None = None, pool_tier: str | None = None, zone: str | None = None) -> LocalNode:
+                 pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
+                 cloud: str | None = None) -> LocalNode:
         """Start (or restart, after ``kill_node``) the node ``name`` from ``profile`` (default: the
         profile it had, else ``name``), or from an arbitrary ``recording`` folder (the path reaches
         the node's probe actor through the raylet's environment, as with ``fabric join --recording``).
         A rejoin is a new Ray node id, hence a new registry record. ``wait``: block until the
-        fabric registered it."""
+        fabric registered it. ``cloud`` labels it as ``fabric join --cloud`` does (its probe actor
+        then reads that cloud's reclaim notices, at ``spot_notices.metadata_url`` in a test)."""
         old = self._nodes.get(name)
         if old is not None and old.alive:
             raise ValueError(f"node {name!r} is already running ({old.node_id[:12]})")
         if recording is not None:
-            spec = recording_node_spec(recording, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone)
+            spec = recording_node_spec(recording, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone,
+                                       cloud=cloud)
             profile = str(Path(recording).resolve())
         else:
             profile = profile or (old.profile if old is not None else name)
-            spec = node_spec(profile, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone)
+            spec = node_spec(profile, name, max_slots=self.max_slots, pool=pool, pool_tier=pool_tier, zone=zone, cloud=cloud)
         if self.node_ip_address:
             spec["node_ip_address"] = self.node_ip_address
         if getattr(self, "dashboard", False):

@@ -210,11 +210,12 @@ class SimRayAdapter(RayAdapter):
             return
         super().kill_actor(name)
 
-    def ensure_probe(self, probe_actor: Any, node: RayNodeView, *, heartbeat_interval_s: float, reprobe_interval_s: float) -> Any:
+    def ensure_probe(self, probe_actor: Any, node: RayNodeView, *, heartbeat_interval_s: float, reprobe_interval_s: float,
+                     spot_notices: dict[str, Any] | None = None) -> Any:
         if self._sim(node.node_id) is not None:
             return SimProbePresent(node.node_id)
         return super().ensure_probe(probe_actor, node, heartbeat_interval_s=heartbeat_interval_s,
-                                    reprobe_interval_s=reprobe_interval_s)
+                                    reprobe_interval_s=reprobe_interval_s, spot_notices=spot_notices)
 
     def drain_node(self, node_id: str, reason: str, message: str = "", deadline_s: float | None = None) -> tuple[bool, str]:
         row = self._sim(node_id)

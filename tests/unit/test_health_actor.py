@@ -120,6 +120,20 @@ def test_a_new_tier_labelled_raylet_gets_its_probe_and_a_bare_one_does_not():
     assert f.adapter.get_actor(probe_actor_name("n2")) is not None
 
 
+def test_a_probe_is_started_with_the_spot_notices_settings():
+    clock = ManualClock()
+    adapter = FakeRayAdapter([fabric_node("n1")])
+    adapter.actors[REGISTRY] = FakeHandle(FakeRegistry(), name=REGISTRY)
+    spot = {"enabled": True, "poll_interval_s": 0.5, "timeout_s": 1.0, "metadata_url": "http://127.0.0.1:9"}
+    monitor = HealthMonitor({"health": HEALTH, "spot_notices": spot}, adapter=adapter, probe_actor="ProbeActorClass", clock=clock)
+
+    async def scenario():
+        await monitor.step(await monitor.start())
+
+    run(scenario())
+    assert [s.spot_notices for s in adapter.probe_starts] == [spot]
+
+
 def test_restart_restores_the_registry_view_and_starts_the_probes_of_live_nodes():
     rec = SimpleNamespace(node_id="n1", name="box", status=NodeStatus.ACTIVE, status_since=10.0, last_seen=20.0, degraded=["x"])
     gone = SimpleNamespace(node_id="n0", name="old", status=NodeStatus.OFFLINE, status_since=10.0, last_seen=5.0, degraded=[])
