@@ -2,6 +2,8 @@
 
 Only ``Self`` matters: its DNS name (the stable node name), its tailnet IPs and
 whether it is online. A stopped daemon answers ``BackendState`` other than ``Running``.
+``backend_state`` and ``self_ipv4`` read the same document for ``fabric join``, which brings a
+node that is not connected onto its tailnet before it probes (``fabric.cli.bootstrap``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 from fabric.core.capabilities import TailnetInfo
 
-__all__ = ["parse_tailscale"]
+__all__ = ["backend_state", "parse_tailscale", "self_ipv4"]
 
 
 def parse_tailscale(data: Any) -> TailnetInfo | None:
@@ -29,3 +31,19 @@ def parse_tailscale(data: Any) -> TailnetInfo | None:
     ips = tuple(ip for ip in ips_raw if isinstance(ip, str)) if isinstance(ips_raw, list) else ()
     online = me.get("Online")
     return TailnetInfo(dns_name=dns, ips=ips, online=online if isinstance(online, bool) else True)
+
+
+def backend_state(data: Any) -> str | None:
+    """The daemon's ``BackendState`` (``Running``, ``NeedsLogin``, ``NeedsMachineAuth``, ``Stopped``,
+    ``Starting``, ``NoState``); None when ``data`` is not a status document."""
+    state = data.get("BackendState") if isinstance(data, dict) else None
+    return state if isinstance(state, str) and state else None
+
+
+def self_ipv4(data: Any) -> str | None:
+    """This node's first tailnet IPv4 (``Self.TailscaleIPs``, else the top-level ``TailscaleIPs``);
+    None when it is not connected or has none."""
+    info = parse_tailscale(data)
+    if info is None:
+        return None
+    return next((ip for ip in info.ips if ip.count(".") == 3), None)

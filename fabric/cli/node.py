@@ -24,6 +24,12 @@ environment, never its command line.
 cluster back. ``join --head-outage-tolerance S`` is how long the node's raylet waits for a head that
 went away. Both are ``fabric.cli.head_ft``'s.
 
+On a real machine ``join`` is the one-shot bootstrap (docs/nodes.md): before the probe it brings the
+node onto its tailnet and takes the tailnet address as the node's; once the head said yes it starts
+a k3s agent and labels the Kubernetes node (``fabric.cli.bootstrap``); after ``ray start`` it waits
+for the fabric's registry to list the node and prints one ready line (``fabric.cli.join_ready``;
+``--no-wait``, ``--block`` and ``--supervise`` do not wait).
+
 ``join --supervise`` stays in the foreground and keeps the node in the fleet: it runs ``ray start
 --block`` as a child and starts a new node when that one exits, or is dead to the head while its
 raylet runs on (``fabric.cli.supervise``).
@@ -44,6 +50,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from fabric.cli.bootstrap import AUTHKEY_ENV, Outcome, add_bootstrap_flags, bootstrap_problems, cluster_steps, tailnet_step
 from fabric.cli.common import EXIT_FAILED, EXIT_USAGE
 from fabric.cli.connect import parse_address
 from fabric.cli.head_ft import (
@@ -99,6 +106,7 @@ def add_parser(subparsers: Any) -> None:
             p.add_argument("--api-token-file", metavar="FILE",
                            help="with --api: a file holding the operator API's token (default: $FABRIC_API_TOKEN)")
             add_join_flags(p)
+            add_bootstrap_flags(p)
         else:
             p.add_argument("--port", type=int, metavar="PORT", help="GCS port of the new head (Ray's default: 6379)")
             p.add_argument("--dashboard-host", metavar="HOST",
@@ -218,17 +226,25 @@ def run_start(args: argparse.Namespace) -> int:
         where = f"at {args.ray!r}" if args.ray else "next to this Python or on PATH"
         return _refuse(command, f"the `ray` command was not found {where}: install ray[default] (pip install 'ray[default]') or pass --ray PATH")
     address = getattr(args, "address", None)
+    tailnet = Outcome()
     if address is not None:
         try:
             host, port = parse_address(address)
         except ValueError as exc:
             return _refuse(command, str(exc))
+        problems = bootstrap_problems(args)
+        if problems:
+            return _refuse(command, "; ".join(problems))
+        tailnet = tailnet_step(args, os.environ)  # first: the head may be reachable only over the tailnet
+        if not _told(tailnet):
+            print("fabric join: nothing started", file=sys.stderr)
+            return EXIT_FAILED
     try:
         caps = _probe(args)
     except Exception as exc:  # a bad profile/recording/role: one line, no traceback
         return _refuse(command, f"probe failed: {exc}".splitlines()[0])
     in_extra = next((a.split("=", 1)[1] for a in extra if a.startswith("--node-ip-address=")), None)
-    ip = node_address(caps, args.node_ip_address or in_extra)
+    ip = node_address(caps, args.node_ip_address or in_extra or tailnet.address)
     dashboard_host = getattr(args, "dashboard_host", None)
     if dashboard_host:
         extra = [f"--dashboard-host={dashboard_host}", *extra]
@@ -259,8 +275,11 @@ def run_start(args: argparse.Namespace) -> int:
     print(f"{'would run' if args.dry_run else 'running'}: {shown}", flush=True)
     if args.dry_run:
         print("\n".join([*([ft.describe()] if ft is not None else []), *told]))
+        if address is not None:
+            _told(cluster_steps(args, caps, ip))
         return 0
-    run_env = {**os.environ, **env} if ft is None else head_start_env(ft, {**os.environ, **env})
+    base_env = {k: v for k, v in os.environ.items() if k != AUTHKEY_ENV}  # the tailnet's key stays out of Ray
+    run_env = {**base_env, **env} if ft is None else head_start_env(ft, {**base_env, **env})
     held = False
     if ft is not None:
         ft_gcs = head_gcs_address(ip, getattr(args, "port", None))
@@ -280,6 +299,7 @@ def run_start(args: argparse.Namespace) -> int:
             print("fabric join: nothing started", file=sys.stderr)
             return 1
         run_env = {k: v for k, v in {**run_env, **verdict.env}.items() if k not in verdict.unset}
+        _told(cluster_steps(args, caps, ip))  # the head said yes: now the k3s agent and the Kubernetes labels
     gcs = f"{ip or '127.0.0.1'}:{getattr(args, 'port', None) or 6379}"
     if supervised and address is not None:
         from fabric.cli.supervise import supervise
@@ -299,6 +319,13 @@ def run_start(args: argparse.Namespace) -> int:
         # ray start stays in the foreground: become it, so that signals (and a supervisor's
         # pid) reach ray start itself and it stops its node's processes.
         os.execve(argv[0], argv, run_env)
+    ready = None
+    if address is not None and not args.no_wait:  # the node table before ray start: the new node is the one not in it
+        from fabric.cli.join_ready import ReadySeam
+
+        token = join_token(os.environ, Path.home(), args.token_file).token
+        ready = ReadySeam(address, token, run_env, verdict.unset, node_ip=ip)
+        before = ready.nodes()
     proc = subprocess.run(argv, env=run_env, capture_output=True, text=True)
     if proc.returncode != 0:
         text = scrub((proc.stderr or "") + (proc.stdout or ""), ft).strip().splitlines()
@@ -317,7 +344,36 @@ def run_start(args: argparse.Namespace) -> int:
         why = record_head_versions(gcs, versions, os.environ, Path.home(), HeadSeam())
         print(f"recorded the head's versions for joining nodes: {versions.summary()}" if why is None else
               f"fabric start-head: warning: could not record the head's versions at {gcs} ({why}): joining nodes cannot check theirs")
-    print("\n".join(told))
+    if told:
+        print("\n".join(told))
+    if ready is not None:
+        return _wait_ready(ready, caps.name, ip, None if before is None else {n.node_id for n in before}, args.ready_timeout)
+    return 0
+
+
+def _told(outcome: Outcome) -> bool:
+    """Print what a bootstrap step did; False when it stopped the join (its error said)."""
+    for line in outcome.said:
+        print(line, flush=True)
+    for line in outcome.warnings:
+        print(f"fabric join: warning: {line}", file=sys.stderr)
+    if outcome.error is not None:
+        print(f"fabric join: error: {outcome.error}", file=sys.stderr)
+    return outcome.error is None
+
+
+def _wait_ready(seam: Any, name: str, ip: str | None, before: set[str] | None, timeout_s: float) -> int:
+    """Wait for the registry to list the node just started; the ready line (0), or why not (1)."""
+    from fabric.cli.join_ready import NotReady, ready_line, wait_ready
+
+    print(f"waiting up to {timeout_s:g} s for the fabric's registry to list {name} as active", flush=True)
+    result = wait_ready(seam, name=name, ip=ip, before=before, timeout_s=timeout_s, say=lambda line: print(line, flush=True))
+    if isinstance(result, NotReady):
+        node = f" (node {result.node_id[:12]})" if result.node_id else ""
+        print(f"fabric join: error: {name}{node} not ready within {timeout_s:g} s: {result.reason}; the node stays in Ray "
+              f"(`fabric nodes` shows it once registered; --no-wait skips this wait)", file=sys.stderr)
+        return EXIT_FAILED
+    print(ready_line(result), flush=True)
     return 0
 
 

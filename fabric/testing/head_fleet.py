@@ -216,9 +216,10 @@ class HeadFleet(StartClose):
         """Join worker ``w<i>`` at ``worker_ip(i)`` (see ``join``); its name."""
         name = f"w{i}"
         tolerance = self.outage_tolerance_s if outage_tolerance_s is None else outage_tolerance_s
+        # --no-wait: the workers join before `fabric up`, so no registry could list them yet
         args = ["join", "--address", self.address, "--profile", profile, "--name", name,
                 "--node-ip-address", self.worker_ip(i), "--max-concurrent-tasks", str(slots),
-                "--head-outage-tolerance", str(int(tolerance)), *(["--supervise"] if supervise else []),
+                "--head-outage-tolerance", str(int(tolerance)), *(["--supervise"] if supervise else ["--no-wait"]),
                 "--", f"--temp-dir={self.worker_tmp(name)}", f"--num-cpus={cpus or self.worker_cpus}",
                 "--object-store-memory=80000000"]
         if supervise:

@@ -183,7 +183,7 @@ def join(monkeypatch, capsys, head: FakeHead, ray: Path, *argv: str, env: dict[s
         monkeypatch.delenv(name, raising=False)
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
-    code = main(["join", "--address", ADDR, "--profile", "edge-relay", "--ray", str(ray), *argv])
+    code = main(["join", "--address", ADDR, "--profile", "edge-relay", "--ray", str(ray), "--no-wait", *argv])  # no registry here
     out = capsys.readouterr()
     return code, out.out, out.err
 
