@@ -1,6 +1,7 @@
 """Bundles on a real local fleet (issue 14): a primary and a backup kept apart while they can be,
 intra-replica rules that hold under churn, restart ceilings that break an essential bundle or drop
-a non-essential job alone, updates that revive, refusals that store nothing.
+a non-essential job alone, updates that revive, refusals that store nothing; a backup kept out of
+its primary's cloud where nodes say their cloud.
 
 One module-scoped LocalFabric: four raylets. Tests run in file order; each deletes its bundles,
 and a test that kills a node adds one back. No wall-clock assertions: waits are bounded polls.
@@ -212,3 +213,44 @@ def test_fabric_bundles_lists_a_bundle_and_its_jobs(lf, capsys):
     assert main(["bundles", "nope"]) == 2
     assert "no bundle 'nope'" in capsys.readouterr().err
     delete(lf, "listed")
+
+
+def test_same_cloud_forbid_keeps_the_backup_out_of_the_primarys_cloud(lf):
+    from fabric.core.names import CLOUD_LABEL
+
+    h = lf.handle
+    others = [n for n in lf.nodes if n.alive]
+    clouds = {"aws-box": "aws", "gcp-box": "gcp"}
+    added = [lf.add_node(name, profile="cpu-only-box", cloud=cloud) for name, cloud in clouds.items()]
+    fillers = []
+    try:
+        for n in others:  # only the two nodes that say their cloud take work
+            h.cordon(n.node_id)
+        by_cloud = {n.node_id: clouds[n.name] for n in added}
+        lf.wait_until(lambda: all(any(r.node_id == nid and r.cloud == c for r in h.nodes()) for nid, c in by_cloud.items()),
+                      "each added node's cloud in the fleet", timeout_s=60)
+        # the gcp node is the fuller one (a slot and most of its CPUs held), so spreading alone
+        # would put both replicas in aws; there is room left there for one more
+        fillers = [Worker.options(label_selector={CLOUD_LABEL: "gcp"}, num_cpus=1.2).remote()]
+        for f in fillers:
+            lf.wait_until(lambda: h.job(f.job_id).state == JobState.RUNNING, "a filler running on the gcp node", timeout_s=90)
+        packed = Bundle(bundle_id="one-cloud", resilience=ResiliencePolicy(same_node="allow", same_zone="allow"),
+                        jobs=[BundleJob(name="enc", cls=Worker)])  # the control: nothing keeps them apart
+        h.create_bundle(packed)
+        jobs = wait_running(lf, "one-cloud")
+        assert by_cloud[jobs["0/enc"].node_id] == by_cloud[jobs["1/enc"].node_id] == "aws"
+        delete(lf, "one-cloud")
+        b = Bundle(bundle_id="clouds", resilience=ResiliencePolicy(same_node="allow", same_zone="allow", same_cloud="forbid"),
+                   jobs=[BundleJob(name="enc", cls=Worker)])
+        h.create_bundle(b)
+        jobs = wait_running(lf, "clouds")
+        assert (by_cloud[jobs["0/enc"].node_id], by_cloud[jobs["1/enc"].node_id]) == ("aws", "gcp")
+        assert not [e for e in h.job_events(kinds=["resilience_degraded"]) if e["data"]["bundle_id"] == "clouds"]
+        delete(lf, "clouds")
+    finally:
+        for f in fillers:
+            f.stop()
+        for n in others:
+            h.uncordon(n.node_id)
+        for n in added:
+            lf.kill_node(n.name)
