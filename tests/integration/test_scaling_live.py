@@ -32,6 +32,8 @@ from fabric import adaptive  # noqa: E402
 from fabric.core.names import POOL_TIER_LABEL  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
 
+from test_cascade_live import held  # noqa: E402 - one call that holds its slot until a gate file exists
+
 pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -58,11 +60,6 @@ def lf():
         yield fabric_
 
 
-def held(gate: str, i: int) -> str:
-    """One call: holds its slot until the gate file exists; answers the node it ran on."""
-    while not os.path.exists(gate):
-        time.sleep(0.05)
-    return ray.get_runtime_context().get_node_id()
 
 
 def raises_of(h, node_id: str) -> list[dict]:

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,8 @@ from fabric.cli.bootstrap import (
 )
 from fabric.testing.standins import with_tailnet_ips, write_standins
 from probes.tailnet import backend_state, self_ipv4
+
+from test_cli_node import _free_port, run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bootstrap"
 RUNNING, NEEDS_LOGIN = FIXTURES / "tailscale_status_running.json", FIXTURES / "tailscale_status_needslogin.json"
@@ -212,16 +213,6 @@ def test_bad_bootstrap_flags_are_each_one_line(tmp_path):
 
 
 # -- the command ------------------------------------------------------------------------------------------
-def run(capsys, *argv):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_join_dry_run_with_the_tools_says_every_command_in_order_and_runs_none(capsys, tmp_path, monkeypatch):
