@@ -77,6 +77,9 @@ def lf(tmp_path_factory):
     settings = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "monitor_interval_s": 0.25,
                            "join_timeout_s": 60.0, "reprobe_interval_s": 600.0, "flap_toggles": 50},
                 "failure": {"min_recovery_interval_s": 0.5},
+                # a lease well past a scheduler restart on a loaded 2-core machine: with the local
+                # fleet's 4 s lease the live instances could end themselves while it came back
+                "fence": {"lease_ttl_s": 15.0, "renew_every_s": 1.0, "margin_s": 0.5},
                 "migration": {"default_strategy": "overlap"},
                 "store": {"url": f"sqlite:///{store}"},
                 "pools": [{"name": "default", "tiers": [{"name": "fixed", "packing": "binpack"}]}]}
