@@ -22,7 +22,9 @@ from fabric.testing import LocalFabric  # noqa: E402
 pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-PROFILES = ["gpu-cuda-workstation", "steamdeck-apu", "cpu-only-box", "cpu-only-box"]
+PROFILES = ["gpu-cuda-workstation", "steamdeck-apu"]
+CLOUD_BOXES = {"cpu-only-box": "aws", "cpu-only-box-2": "gcp"}
+"""Two more nodes of the cpu-only-box profile, each saying its cloud (``fabric join --cloud``)."""
 SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "monitor_interval_s": 0.25,
                        "join_timeout_s": 60.0, "reprobe_interval_s": 600.0, "flap_toggles": 50},
             "failure": {"min_recovery_interval_s": 0.5}}
@@ -51,6 +53,9 @@ class Refuses:
 @pytest.fixture(scope="module")
 def lf():
     with LocalFabric(PROFILES, settings=SETTINGS, max_slots=4, timeout_s=120) as fabric_:
+        for name, cloud in CLOUD_BOXES.items():
+            fabric_.add_node(name, profile="cpu-only-box", cloud=cloud, wait=False)
+        fabric_.wait_registered()
         yield fabric_
 
 
@@ -118,7 +123,7 @@ def test_separate_from_and_co_locate_with_hold_under_churn(lf):
     after = {n: job_of(lf, "rules", 0, n) for n in "abc"}
     assert after["b"].node_id == after["a"].node_id and after["c"].node_id != after["a"].node_id
     delete(lf, "rules")
-    lf.add_node(victim.name, profile=victim.profile)
+    lf.add_node(victim.name, profile=victim.profile, cloud=CLOUD_BOXES.get(victim.name))
 
 
 def test_a_non_essential_job_past_its_ceiling_drops_alone(lf):
@@ -219,16 +224,15 @@ def test_same_cloud_forbid_keeps_the_backup_out_of_the_primarys_cloud(lf):
     from fabric.core.names import CLOUD_LABEL
 
     h = lf.handle
-    others = [n for n in lf.nodes if n.alive]
-    clouds = {"aws-box": "aws", "gcp-box": "gcp"}
-    added = [lf.add_node(name, profile="cpu-only-box", cloud=cloud) for name, cloud in clouds.items()]
+    live = [n for n in lf.nodes if n.alive]
+    by_cloud = {n.node_id: CLOUD_BOXES[n.name] for n in live if n.name in CLOUD_BOXES}
+    others = [n for n in live if n.node_id not in by_cloud]
+    assert sorted(by_cloud.values()) == ["aws", "gcp"]
+    assert all(any(r.node_id == nid and r.cloud == c for r in h.nodes()) for nid, c in by_cloud.items())
     fillers = []
     try:
         for n in others:  # only the two nodes that say their cloud take work
             h.cordon(n.node_id)
-        by_cloud = {n.node_id: clouds[n.name] for n in added}
-        lf.wait_until(lambda: all(any(r.node_id == nid and r.cloud == c for r in h.nodes()) for nid, c in by_cloud.items()),
-                      "each added node's cloud in the fleet", timeout_s=60)
         # the gcp node is the fuller one (a slot and most of its CPUs held), so spreading alone
         # would put both replicas in aws; there is room left there for one more
         fillers = [Worker.options(label_selector={CLOUD_LABEL: "gcp"}, num_cpus=1.2).remote()]
@@ -252,5 +256,3 @@ def test_same_cloud_forbid_keeps_the_backup_out_of_the_primarys_cloud(lf):
             f.stop()
         for n in others:
             h.uncordon(n.node_id)
-        for n in added:
-            lf.kill_node(n.name)
