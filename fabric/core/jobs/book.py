@@ -262,8 +262,7 @@ class JobBook:
         group = [self.jobs.get(b.jobs.get((rec.replica, name), "")) for name in ctx.co_locate_with]
         if group and all(g is not None and g.binding is None for g in group):  # the first of its group placed
             reqs = [rec.spec.requirement] + [g.spec.requirement for g in group if g is not None]
-            ctx = replace(ctx, group_cpus=sum(r.num_cpus for r in reqs), group_memory_mib=sum(r.memory_mib for r in reqs),
-                          group_jobs=len(reqs))
+            ctx = ctx.sized_for(reqs)
         images = template_artifacts(self.settings, ctx.template) if self.settings is not None else ()
         return replace(ctx, template_images=images) if images and not ctx.template_images else ctx
 

@@ -22,7 +22,7 @@ settings' (``jobs.1.name``, ``resilience.pool``, ``jobs.0.requirement.capabiliti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal
 
 from fabric.core.capabilities import ROLES, GpuVendor
@@ -327,8 +327,7 @@ def _place_replicas(bundle: Bundle, settings: FabricSettings, work: FleetView, d
             group = [g for g in bundle.jobs if g.name in ctx.co_locate_with]
             if group and not any((replica, g.name) in placed for g in group):  # the first of its group: sized for all
                 reqs = [spec.requirement] + [_spec(g, pool, settings, defaults_for).requirement for g in group]
-                ctx = replace(ctx, group_cpus=sum(r.num_cpus for r in reqs),
-                              group_memory_mib=sum(r.memory_mib for r in reqs), group_jobs=len(reqs))
+                ctx = ctx.sized_for(reqs)
             if stop_at == (replica, j.name):
                 yield replica, j.name, dry_run(work, spec.requirement, ctx)
                 return

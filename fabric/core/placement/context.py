@@ -12,8 +12,8 @@ launch spare policy ``avoid_spare`` (hot spares are reserve; the ``onLaunch`` de
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
 
 from fabric.core.errors import RequirementError
 
@@ -138,6 +138,12 @@ class PlacementContext:
     def resilience_forbids(self) -> bool:
         """Any ``forbid`` flag with the other replica placed."""
         return self.other_node is not None and "forbid" in (self.same_node, self.same_az, self.same_cloud)
+
+    def sized_for(self, group: Sequence[Any]) -> "PlacementContext":
+        """This context for the first of a co-location group placed, ``group`` the requirements of
+        every job of it (this one's included): its node is chosen for all of them (``need``)."""
+        return replace(self, group_cpus=sum(r.num_cpus for r in group), group_memory_mib=sum(r.memory_mib for r in group),
+                       group_jobs=len(group))
 
     def need(self, req: Any) -> tuple[float, float, int]:
         """The CPUs, memory and slots a node must have free for ``req`` placed in this context: the
