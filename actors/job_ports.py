@@ -130,7 +130,7 @@ class SchedulerTaskCore:
         self.cordon(node_id, None)
         ending = self._scheduler.terminate_instance(rec.provider, rec.instance_id, SINGLE_USE_REASON, node_id)
         asyncio.get_event_loop().create_task(ending).add_done_callback(
-            functools.partial(_say_if_failed, what=f"terminating node {node_id[:12]} ({rec.provider}/{rec.instance_id})"))
+            functools.partial(say_if_failed, what=f"terminating node {node_id[:12]} ({rec.provider}/{rec.instance_id})"))
         return True
 
     def resolve_node(self, node: str) -> str:
@@ -197,10 +197,10 @@ class CoreWorld:
         return self._can_hand_over(job_id)
 
 
-def _say_if_failed(task: "asyncio.Task[Any]", what: str) -> None:
-    """Log a background task's failure (nobody awaits it)."""
+def say_if_failed(task: "asyncio.Task[Any]", what: str, who: str = "fabric.jobs") -> None:
+    """Log a background task's failure (nobody awaits it): ``[who] what failed: the error``."""
     if not task.cancelled() and (exc := task.exception()) is not None:
-        print(f"[fabric.jobs] {what} failed: {type(exc).__name__}: {exc}")
+        print(f"[{who}] {what} failed: {type(exc).__name__}: {exc}")
 
 
-__all__ = ["CoreWorld", "RayDrainPort", "SchedulerRayDrain", "SchedulerTaskCore", "SINGLE_USE_REASON", "TaskCorePort"]
+__all__ = ["CoreWorld", "RayDrainPort", "SchedulerRayDrain", "SchedulerTaskCore", "SINGLE_USE_REASON", "TaskCorePort", "say_if_failed"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 from typing import Any, Callable
@@ -24,6 +25,7 @@ import ray
 
 from actors.feed_stimuli import stimulus_for
 from actors.fleet_feed import FleetFeed
+from actors.job_ports import say_if_failed
 from actors.jobs import RESUME_WAIT_S, JobRunner
 from actors.moves import MoveRequests
 from actors.node_strikes import NodeStrikes
@@ -177,7 +179,7 @@ class Scheduler:
         if not writes:
             return None
         task = asyncio.get_event_loop().create_task(self._write(writes))
-        task.add_done_callback(_log_failure)
+        task.add_done_callback(functools.partial(say_if_failed, what="registry write", who="fabric.scheduler"))
         return task
 
     async def _write(self, writes: list[Instruction]) -> None:
@@ -548,11 +550,6 @@ class Scheduler:
     def _export_gauges(self) -> None:
         """``metrics()`` through the sink (every tick, and when the fleet changed): Ray's Prometheus endpoint."""
         self.exporter.export(self.metrics())
-
-
-def _log_failure(task: asyncio.Task) -> None:
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        print(f"[fabric.scheduler] registry write failed: {type(exc).__name__}: {exc}")
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=100_000)
