@@ -23,8 +23,10 @@ pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 PROFILES = ["gpu-cuda-workstation", "steamdeck-apu"]
-CLOUD_BOXES = {"cpu-only-box": "aws", "cpu-only-box-2": "gcp"}
-"""Two more nodes of the cpu-only-box profile, each saying its cloud (``fabric join --cloud``)."""
+CLOUD_BOXES = {"aws-box": ("intel-igpu-nuc", "aws"), "gcp-box": ("cpu-only-box", "gcp")}
+"""Two more nodes, each saying its cloud (``fabric join --cloud``): name -> (profile, cloud). The aws
+node's tier is the higher one, so a job that prefers the highest tier goes there first whatever the
+machine's load (the packing key, which reads the machine's CPU, never decides between them)."""
 SETTINGS = {"health": {"heartbeat_interval_s": 0.5, "offline_after_s": 2.5, "monitor_interval_s": 0.25,
                        "join_timeout_s": 60.0, "reprobe_interval_s": 600.0, "flap_toggles": 50},
             "failure": {"min_recovery_interval_s": 0.5}}
@@ -53,8 +55,8 @@ class Refuses:
 @pytest.fixture(scope="module")
 def lf():
     with LocalFabric(PROFILES, settings=SETTINGS, max_slots=4, timeout_s=120) as fabric_:
-        for name, cloud in CLOUD_BOXES.items():
-            fabric_.add_node(name, profile="cpu-only-box", cloud=cloud, wait=False)
+        for name, (profile, cloud) in CLOUD_BOXES.items():
+            fabric_.add_node(name, profile=profile, cloud=cloud, wait=False)
         fabric_.wait_registered()
         yield fabric_
 
@@ -123,7 +125,7 @@ def test_separate_from_and_co_locate_with_hold_under_churn(lf):
     after = {n: job_of(lf, "rules", 0, n) for n in "abc"}
     assert after["b"].node_id == after["a"].node_id and after["c"].node_id != after["a"].node_id
     delete(lf, "rules")
-    lf.add_node(victim.name, profile=victim.profile, cloud=CLOUD_BOXES.get(victim.name))
+    lf.add_node(victim.name, profile=victim.profile, cloud=CLOUD_BOXES[victim.name][1] if victim.name in CLOUD_BOXES else None)
 
 
 def test_a_non_essential_job_past_its_ceiling_drops_alone(lf):
@@ -221,25 +223,18 @@ def test_fabric_bundles_lists_a_bundle_and_its_jobs(lf, capsys):
 
 
 def test_same_cloud_forbid_keeps_the_backup_out_of_the_primarys_cloud(lf):
-    from fabric.core.names import CLOUD_LABEL
-
     h = lf.handle
     live = [n for n in lf.nodes if n.alive]
-    by_cloud = {n.node_id: CLOUD_BOXES[n.name] for n in live if n.name in CLOUD_BOXES}
+    by_cloud = {n.node_id: CLOUD_BOXES[n.name][1] for n in live if n.name in CLOUD_BOXES}
     others = [n for n in live if n.node_id not in by_cloud]
     assert sorted(by_cloud.values()) == ["aws", "gcp"]
     assert all(any(r.node_id == nid and r.cloud == c for r in h.nodes()) for nid, c in by_cloud.items())
-    fillers = []
     try:
         for n in others:  # only the two nodes that say their cloud take work
             h.cordon(n.node_id)
-        # the gcp node is the fuller one (a slot and most of its CPUs held), so spreading alone
-        # would put both replicas in aws; there is room left there for one more
-        fillers = [Worker.options(label_selector={CLOUD_LABEL: "gcp"}, num_cpus=1.2).remote()]
-        for f in fillers:
-            lf.wait_until(lambda: h.job(f.job_id).state == JobState.RUNNING, "a filler running on the gcp node", timeout_s=90)
+        # the aws node is the higher tier, so both replicas go there while nothing keeps them apart
         packed = Bundle(bundle_id="one-cloud", resilience=ResiliencePolicy(same_node="allow", same_zone="allow"),
-                        jobs=[BundleJob(name="enc", cls=Worker)])  # the control: nothing keeps them apart
+                        jobs=[BundleJob(name="enc", cls=Worker)])  # the control
         h.create_bundle(packed)
         jobs = wait_running(lf, "one-cloud")
         assert by_cloud[jobs["0/enc"].node_id] == by_cloud[jobs["1/enc"].node_id] == "aws"
@@ -252,7 +247,5 @@ def test_same_cloud_forbid_keeps_the_backup_out_of_the_primarys_cloud(lf):
         assert not [e for e in h.job_events(kinds=["resilience_degraded"]) if e["data"]["bundle_id"] == "clouds"]
         delete(lf, "clouds")
     finally:
-        for f in fillers:
-            f.stop()
         for n in others:
             h.uncordon(n.node_id)
