@@ -107,3 +107,27 @@ def test_a_driver_that_cannot_connect_says_ray_s_words():
     result = wait_ready(seam, name="edge-1", ip=None, before=None, timeout_s=1)
     assert result == NotReady("could not connect to the cluster as a driver (ConnectionError: Failed to connect to Ray cluster)")
     assert seam.detached == 0
+
+
+def test_the_join_command_prints_why_the_node_is_not_ready_and_exits_1(capsys):
+    from fabric.cli.node import _wait_ready
+
+    seam = FakeSeam([[ROW]], [[record()]], attach_s=3.0)
+    assert _wait_ready(seam, "edge-1", "127.0.0.2", set(), 0.1) == 1
+    out, err = capsys.readouterr()
+    assert out == "waiting up to 0.1 s for the fabric's registry to list edge-1 as active\n"
+    assert err == ("fabric join: error: edge-1 (node 5c0e2b9f1a3d) not ready within 0.1 s: connected to the cluster after 3.0 s, the registry not "
+                   "asked yet; the node stays in Ray (`fabric nodes` shows it once registered; --no-wait skips this wait)\n")
+    held_dead = FakeSeam([[SeenNode(NEW, "edge-1", "127.0.0.2", True)], [SeenNode(NEW, "edge-1", "127.0.0.2", False)]], [[]])
+    assert _wait_ready(held_dead, "edge-1", "127.0.0.2", set(), 60) == 1
+    assert "fabric join: error: edge-1 (node 5c0e2b9f1a3d) not ready within 60 s: the head holds node" in capsys.readouterr().err
+
+
+def test_the_join_command_prints_one_ready_line_and_exits_0(capsys):
+    from fabric.cli.node import _wait_ready
+
+    seam = FakeSeam([[ROW]], [[record()]])
+    assert _wait_ready(seam, "edge-1", "127.0.0.2", set(), 30) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("ready: node edge-1 (5c0e2b9f1a3d) tier=relay slots=") and lines[-1].endswith(" address=127.0.0.2")
+    assert [ln for ln in lines if ln.startswith("ready: ")] == lines[-1:]
