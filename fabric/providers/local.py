@@ -166,6 +166,8 @@ class _Child:
     proc: subprocess.Popen | _Adopted
     lock: threading.Lock = field(default_factory=threading.Lock)
     returncode: int | None = None
+    started: bool = False
+    """``ray start`` said its node is up (an adopted node: it was)."""
 
 
 class LocalProvider:
@@ -334,7 +336,7 @@ class LocalProvider:
         with self._lock:
             if node.instance_id in self._children:
                 return True
-            self._children[node.instance_id] = _Child(node, _Adopted(node.pid))
+            self._children[node.instance_id] = _Child(node, _Adopted(node.pid), started=True)
         if self._given_log_dir is not None:
             (self._log_dir() / f"{node.instance_id}{PID_SUFFIX}").write_text(str(node.pid))
         return True
@@ -422,6 +424,7 @@ class LocalProvider:
                                     profile=child.node.profile, instance_id=child.node.instance_id, log_tail=_tail(log_path))
             try:
                 if STARTED_MARK in log_path.read_text(errors="replace"):
+                    child.started = True
                     return
             except OSError:
                 pass
@@ -434,15 +437,19 @@ class LocalProvider:
             time.sleep(0.1)
 
     def _stop(self, child: _Child, grace_s: float | None = None) -> None:
-        """Stop ``child``'s session and reap it (SIGTERM, ``grace_s`` (default ``stop_grace_s``),
-        SIGKILL); then it is ended."""
+        """Stop ``child``'s session and reap it (SIGTERM, ``grace_s``, SIGKILL); then it is ended.
+        ``grace_s`` defaults to ``stop_grace_s`` for a started node, and to a few seconds for one
+        still starting: ``ray start`` finishes its start before it heeds SIGTERM (seen: 28 s when
+        ``fabric down`` came while a spare was starting), and a node not up yet has nothing to drain."""
         pid = child.proc.pid
         ended = _gone if isinstance(child.proc, _Adopted) else _exited
         with child.lock:
             if child.proc.returncode is None:
                 # The leader ends as an unreaped zombie, so its session id stays ours while what is
                 # left of the session (Ray's reaper, a worker slow to exit) is swept before reaping it.
-                stop_session(pid, self.stop_grace_s if grace_s is None else grace_s, ended)
+                if grace_s is None:
+                    grace_s = self.stop_grace_s if child.started else _FAILED_START_GRACE_S
+                stop_session(pid, grace_s, ended)
                 try:
                     child.proc.wait(timeout=30.0)
                 except subprocess.TimeoutExpired:  # not ended even after SIGKILL: leave it listed

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import sys
+import time
 
 import pytest
 
@@ -302,3 +304,48 @@ def test_providers_for_builds_ray_autoscaler_beside_local_and_refuses_local_with
         providers_for(settings_with("local"))
     assert info.value.reason == "no_address" and info.value.field == "address"
 
+
+
+def _fake_ray(tmp_path, body: str):
+    script = tmp_path / "bin" / "ray"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!{sys.executable}\nimport signal, sys, time\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_node_still_starting_is_stopped_with_a_short_grace_and_a_started_one_with_the_full_one(tmp_path, listening, monkeypatch):
+    import threading
+
+    import fabric.providers.local as local
+
+    graces: list[float] = []
+    real = local.stop_session
+    monkeypatch.setattr(local, "stop_session", lambda pid, grace_s, ended: (graces.append(grace_s), real(pid, 0.0, ended)))
+    # ray start finishes its start before it heeds SIGTERM: this one never says it started
+    starting = _fake_ray(tmp_path, "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(120)")
+    p = LocalProvider(listening, ray=starting, log_dir=tmp_path / "logs", stop_grace_s=60.0)
+    failed: list[BaseException] = []
+
+    def provision() -> None:
+        try:
+            p.provision(SHAPE, pool="default", pool_tier="burst")
+        except BaseException as exc:  # noqa: BLE001 - what the provision thread saw
+            failed.append(exc)
+
+    t = threading.Thread(target=provision)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not p._children and time.monotonic() < deadline:
+        time.sleep(0.02)
+    p.close()
+    t.join(timeout=30)
+    assert graces[0] == local._FAILED_START_GRACE_S  # not the 60 s a started node gets
+    assert failed and isinstance(failed[0], ProviderError) and p.list() == []
+
+    graces.clear()
+    started = _fake_ray(tmp_path / "b", f"print({local.STARTED_MARK!r}, flush=True)\ntime.sleep(120)")
+    with LocalProvider(listening, ray=started, log_dir=tmp_path / "logs-b", stop_grace_s=60.0) as q:
+        node = q.provision(SHAPE, pool="default", pool_tier="burst")
+        q.terminate(node.instance_id)
+        assert graces == [60.0] and q.list() == []
