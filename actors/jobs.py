@@ -473,7 +473,9 @@ class JobRunner:
         return {"jobs_rejected": self.counters["jobs_rejected"], "jobs_dropped": self.counters["jobs_dropped"],
                 "bundles_broken": self.counters["bundles_broken"],
                 "broken_bundle_ids": sorted(b.bundle_id for b in self.book.bundles.values() if b.state == "broken"),
-                "job_restarts": self.counters["job_restarts"], "jobs": dict(states)}
+                "job_restarts": self.counters["job_restarts"], "jobs": dict(states),
+                "job_starts": {r.job_id: {"started_at": r.started_at, "first_started_at": r.first_started_at}
+                               for r in self.book.jobs.values() if r.first_started_at is not None and not r.terminal}}
 
     def events_since(self, since: int = 0, kinds: list[str] | None = None) -> list[dict]:
         """Events numbered after ``since``, oldest first (``JobEventLog.since``)."""
@@ -523,9 +525,10 @@ class JobRunner:
                 out[pool] = out.get(pool, 0) + 1
         return out
 
-    def node_joined(self) -> None:
-        """New capacity: jobs waiting for a node are placed right after this step."""
-        self.handle(CapacityJoined())
+    def node_joined(self, provisioned_for: list[tuple[str, str]] | None = None) -> None:
+        """New capacity: jobs waiting for a node are placed right after this step; ``(job id, node
+        id)`` of nodes provisioned for a job clear that job's restart history."""
+        self.handle(CapacityJoined(tuple(provisioned_for or ())))
 
     # -- requests -----------------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, cls_blob: bytes, args_blob: bytes, job_id: str | None = None) -> str:

@@ -140,8 +140,9 @@ class Scheduler:
                     self._carry_out(self.core.handle(stimulus))
                 if change.kind == "lost" and self.jobs is not None:
                     self.jobs.node_lost(change.node_id)
-            if self.jobs is not None and any(c.kind == "joined" for c in changes):
-                self.jobs.node_joined()  # new capacity: the waiting jobs are placed once for the whole poll
+            served = self.core.take_served()  # nodes provisioned for a job: its restart history is cleared
+            if self.jobs is not None and (served or any(c.kind == "joined" for c in changes)):
+                self.jobs.node_joined(served)  # new capacity: the waiting jobs are placed once for the whole poll
         if changes:
             self._export_gauges()
         self._ready.set()

@@ -61,6 +61,9 @@ def job_message(status: Any) -> pb.Job:
     )
     if allocation is not None:
         message.allocation_id = int(allocation)
+    for name in ("started_at", "first_started_at", "start_at"):
+        if getattr(status, name, None) is not None:
+            setattr(message, name, float(getattr(status, name)))
     return message
 
 

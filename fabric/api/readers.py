@@ -72,7 +72,9 @@ def job_status(message: pb.Job) -> JobStatus:
     return JobStatus(job_id=message.job_id, name=message.name, state=JobState(message.state),
                      bundle_id=message.bundle_id or None, replica=int(message.replica), binding=binding,
                      restarts_last_hour=int(message.restarts_last_hour), reason=message.reason,
-                     history=tuple((h.at, h.state, h.reason) for h in message.history))
+                     history=tuple((h.at, h.state, h.reason) for h in message.history),
+                     **{name: getattr(message, name) for name in ("started_at", "first_started_at", "start_at")
+                        if message.HasField(name)})
 
 
 def drain_state(text: str) -> DrainState:

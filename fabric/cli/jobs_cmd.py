@@ -55,7 +55,8 @@ def job_rows(statuses: Sequence[Any], node_names: dict[str, str], history: bool 
             "instance_key": st.binding.instance_key if st.binding is not None else None,
             "restarts_last_hour": int(st.restarts_last_hour), "bundle_id": st.bundle_id,
             "replica": REPLICAS[st.replica] if st.bundle_id and 0 <= st.replica < len(REPLICAS) else None,
-            "reason": st.reason,
+            "reason": st.reason, "start_at": getattr(st, "start_at", None),
+            "started_at": getattr(st, "started_at", None), "first_started_at": getattr(st, "first_started_at", None),
         }
         if history:
             row["history"] = [{"at": at, "state": state_value(state), "reason": reason} for at, state, reason in st.history]
@@ -93,6 +94,10 @@ def format_jobs_table(rows: Sequence[dict[str, Any]], width: int | None = None) 
     return "\n".join(lines)
 
 
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
 def format_job(row: dict[str, Any], now: float, width: int | None = None) -> str:
     """One job (a ``job_rows(..., history=True)`` row) and its history, oldest first; lines longer
     than ``width`` wrap (None: they stay whole)."""
@@ -105,6 +110,9 @@ def format_job(row: dict[str, Any], now: float, width: int | None = None) -> str
         f"instance  {row['instance_key'] or '-'}",
         f"restarts  {row['restarts_last_hour']} in the last hour",
         f"bundle    {_bundle_cell(row)}",
+        *([f"start at  {_stamp(row['start_at'])}"] if row.get("start_at") is not None else []),
+        *([f"started   {_stamp(row['started_at'])} (first {_stamp(row['first_started_at'])})"]
+          if row.get("started_at") is not None and row.get("first_started_at") is not None else []),
         "history:" if row.get("history") else "history:  (none)",
     ]
     for h in row.get("history") or ():

@@ -57,7 +57,7 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument("--timeout", "--grace", dest="timeout", type=float, metavar="SECONDS",
                    help="how long the jobs have to move (default: the settings' drain.timeout_s); --grace is its old name")
     d.add_argument("--force", action="store_true", help="at the timeout, stop what has not moved (it recovers by its policy)")
-    d.add_argument("--strategy", choices=STRATEGY_CHOICES, help="how each job moves (default: the settings')")
+    d.add_argument("--strategy", choices=STRATEGY_CHOICES, help="how each job moves (default: each job's drain_strategy, else the settings')")
     d.add_argument("--status", action="store_true", help="show the node's drain; start none")
     d.add_argument("--wait", action="store_true", help="follow the drain until it ends, printing each change of phase "
                                                        "(exit 0 when done, 1 otherwise)")

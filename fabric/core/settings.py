@@ -106,6 +106,9 @@ class PoolTier(SettingsModel):
     """Shapes an elastic pool tier provisions, first fitting wins."""
     provision_timeout_s: PositiveSeconds = 600.0
     """How long a provisioned node may stay launching before its work is placed again."""
+    placement_lead_s: NonNegFloat = 0.0
+    """How long before a job's ``start_at`` its placement begins (time for a node to be provisioned);
+    0: at ``start_at``."""
 
     @property
     def effective_reliability(self) -> str:

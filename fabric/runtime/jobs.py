@@ -46,7 +46,8 @@ POLL_S = 0.05
 
 #: Decorator arguments a class takes besides the requirement's (``JobSpec`` fields).
 JOB_ARGS = frozenset({"on_runtime_failure", "max_restarts_per_hour", "essential", "template", "health_period_s",
-                      "health_timeout_s", "health_failures", "call_timeout_s", "single_use", "name"})
+                      "health_timeout_s", "health_failures", "call_timeout_s", "single_use", "name", "start_at",
+                      "drain_strategy"})
 
 
 C = TypeVar("C")

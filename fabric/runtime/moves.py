@@ -74,9 +74,9 @@ class MovesSurface:
     # -- drain, eviction, interruption ------------------------------------------------------------
     def drain(self, node: str, timeout_s: float | None = None, force: bool = False,
               strategy: Strategy = None) -> DrainState:
-        """Cordon ``node``, migrate each of its jobs by ``strategy`` (default: the settings'), then
-        ask Ray to drain it; with ``force``, what has not moved by ``timeout_s`` is stopped and
-        recovered by its policy. The ``DrainState``."""
+        """Cordon ``node``, migrate each of its jobs by ``strategy`` (default: each job's
+        ``drain_strategy``, else the settings'), then ask Ray to drain it; with ``force``, what has
+        not moved by ``timeout_s`` is stopped and recovered by its policy. The ``DrainState``."""
         # timeout_s 0: stop (with force) or give up at once
         node, timeout, force, chosen = args.read_drain_request(node, timeout_s, force, strategy)
         return self._scheduler_api().drain_jobs(node, timeout, force, chosen)  # waited on past timeout_s

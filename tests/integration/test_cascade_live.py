@@ -3,7 +3,8 @@
 (real ``ray start --block`` children of the scheduler), then spills to the third; each provisioned
 node registers in its pool tier and serves the calls that waited for it (2 slots a node: 8 calls);
 once the pool is idle for the scaling window, the provisioned nodes are scaled down and the fleet
-is the fixed pool tier again.
+is the fixed pool tier again. A job whose instance died recovers away from its node onto one the
+cascade provisions for it: once that node registers, the job's restart history is cleared.
 
 The head listens on 127.0.0.2 (the local provider's children join a loopback head: see
 ``LocalFabric``). Five raylets at most: head, one fixed node, three provisioned. Calls hold their
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
 import sys
 import time
 
@@ -33,6 +35,7 @@ SETTINGS = {
     "health": {"heartbeat_interval_s": 0.5, "offline_after_s": 3.0, "drain_grace_s": 30.0, "monitor_interval_s": 0.25,
                "join_timeout_s": 90.0},
     "queue_timeout_s": 240.0,
+    "failure": {"min_recovery_interval_s": 0.5},  # the job test's recovery is not held back 5 s
     # the burst rule stays out of it (the cascade provisions on demand); idle scale-down after 3 s
     "scaling": {"burst_queue_depth": 1000, "low_window_s": 3.0, "high_window_s": 3600.0},
     "pools": [{"name": "default", "tiers": [
@@ -100,3 +103,27 @@ def test_an_idle_pool_scales_back_to_its_fixed_tier(lf):
     downs = [e["data"] for e in h.job_events(kinds=["scale_down"])]
     assert sorted(d["pool_tier"] for d in downs) == ["burst", "burst", "overflow"]
     assert all(d["reason"] == "low_utilization" for d in downs)
+
+
+@adaptive.remote(min_tier="cpu_ffmpeg", fallback=False, num_cpus=1, max_restarts_per_hour=50, call_timeout_s=240)
+class Worker:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_node_provisioned_for_a_recovering_job_clears_its_restart_history(lf):
+    h = lf.handle
+    job = Worker.remote()
+    pid = ray.get(job.pid.remote(), timeout=120)
+    first = h.job(job.job_id).node_id
+    assert {n.node_id: n.pool_tier or "onprem" for n in h.nodes()}[first] == "onprem"
+    os.kill(pid, signal.SIGKILL)  # a counted restart; its recovery keeps away from the only fixed node
+    cleared = lf.wait_until(lambda: [e["data"] for e in h.job_events(kinds=["restarts_cleared"])
+                                     if e["data"]["job_id"] == job.job_id], "the provisioned node clears it", timeout_s=240)
+    ray.get(job.wait_running(240).pid.remote(), timeout=60)
+    status = h.job(job.job_id)
+    tiers = {n.node_id: n.pool_tier for n in h.nodes()}
+    assert cleared[0]["cleared"] == 1 and tiers[cleared[0]["node_id"]] == "burst"
+    assert status.node_id == cleared[0]["node_id"] and status.restarts_last_hour == 0
+    assert "recovering" in [s for _, s, _ in status.history]
+    job.stop()

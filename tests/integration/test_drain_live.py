@@ -1,7 +1,8 @@
 """Drains, evictions and reclaim notices on a real local fleet (issue 16).
 
-- a drain of a node holding three jobs and running tasks: the jobs move (each ``migrated``), the
-  tasks finish, and Ray is asked to drain the emptied node and accepts (the raylet then exits);
+- a drain of a node holding three jobs and running tasks: the jobs move (each ``migrated``, by its
+  own ``drain_strategy`` or else the settings' default), the tasks finish, and Ray is asked to
+  drain the emptied node and accepts (the raylet then exits);
 - a forced drain whose migration target never comes up: at the timeout the job is stopped
   (``terminated``) and recovered by its policy elsewhere; without force the drain ends ``partial``;
 - an uncordon withdraws a drain in progress;
@@ -102,7 +103,9 @@ def drain_done(lf, node_id: str):
 
 
 def test_a_drain_moves_three_jobs_lets_tasks_finish_and_ray_drains_the_node(lf, tmp_path):
-    jobs = [Counter.remote(str(tmp_path / f"j{i}")) for i in range(3)]
+    # the last job says how a drain moves it; the drain call names no strategy: the others take the settings'
+    jobs = [Counter.remote(str(tmp_path / f"j{i}")) for i in range(2)]
+    jobs.append(Counter.options(drain_strategy="overlap").remote(str(tmp_path / "j2")))
     for j in jobs:
         j.wait_running(120)
     node = jobs[0].node_id
@@ -114,6 +117,8 @@ def test_a_drain_moves_three_jobs_lets_tasks_finish_and_ray_drains_the_node(lf, 
     final = drain_done(lf, node)
     assert {v.status.value for v in final.jobs.values()} == {"migrated"}, final
     assert final.phase.value == "done" and final.ray_drain == "accepted", final
+    strategies = {j: lf.handle.migration(v.migration_id).strategy.value for j, v in final.jobs.items()}
+    assert strategies == {jobs[0].job_id: "stop_then_start", jobs[1].job_id: "stop_then_start", jobs[2].job_id: "overlap"}
     ran = ray.get(tasks, timeout=60)  # every task finished
     assert len(ran) == 4
     for j in jobs:

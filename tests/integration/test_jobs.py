@@ -1,7 +1,8 @@
 """Long-running jobs on a real local fleet (issue 14): a decorated class is a job, never a task;
 the fabric places it, supervises it and recovers it by policy; a SIGKILLed scheduler re-adopts
 every live instance and recovers only the dead ones; a node where instances keep failing before
-they come up is kept off placement for a while.
+they come up is kept off placement for a while; a job given ``start_at`` waits ``scheduled``, and a
+job's start times follow its instances.
 
 One module-scoped LocalFabric (2-core machine): four raylets, twelve slots (a job holds one for
 its life). Tests run in file order; a test that
@@ -137,12 +138,33 @@ def test_a_job_on_a_killed_node_serves_again_on_another_node_inside_its_floor(lf
 def test_a_call_in_flight_on_a_dead_instance_raises_and_never_hangs(lf):
     job = Counter.remote(0)
     pid = ray.get(job.pid.remote(), timeout=90)
+    first = lf.handle.job(job.job_id)
     ref = job.hang.remote(120)
     time.sleep(0.5)
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(JobUnavailableError):
         job.result(ref, timeout_s=60)
     assert ray.get(job.wait_running(90).incr.remote(), timeout=60)[0] == 1  # the handle follows the new instance
+    again = lf.handle.job(job.job_id)  # a new instance: its own start, the job's first kept
+    assert again.first_started_at == first.first_started_at is not None
+    assert again.started_at is not None and again.started_at > first.first_started_at
+    job.stop()
+
+
+def test_a_job_given_start_at_waits_scheduled_then_runs_from_then(lf):
+    h = lf.handle
+    start_at = time.time() + 5.0  # no placement_lead_s here: placement begins at start_at
+    job = Counter.options(start_at=start_at).remote(0)
+    status = h.job(job.job_id)
+    assert (status.state, status.start_at, status.node_id, status.started_at) == (JobState.SCHEDULED, start_at, None, None)
+    assert ray.get(job.incr.remote(), timeout=90)[0] == 1  # a call waits for the job to start
+    status = h.job(job.job_id)
+    assert status.state == JobState.RUNNING and status.first_started_at >= start_at
+    assert status.started_at == status.first_started_at
+    assert [s for _, s, _ in status.history][:4] == ["scheduled", "pending", "starting", "running"]
+    ran = [e["data"] for e in h.job_events(kinds=["job_state"]) if e["data"]["job_id"] == job.job_id and e["data"]["to"] == "running"]
+    assert [(d["started_at"], d["first_started_at"]) for d in ran] == [(status.started_at, status.first_started_at)]
+    assert h.metrics()["job_starts"][job.job_id] == {"started_at": status.started_at, "first_started_at": status.first_started_at}
     job.stop()
 
 

@@ -17,6 +17,7 @@ J, B = JobState, BundleState
 # -- lifecycles ------------------------------------------------------------------------------------
 # The tables written out by hand from the states module's docstring: every pair not listed is refused.
 JOB_MOVES = {
+    J.SCHEDULED: {J.PENDING, J.STOPPING, J.DROPPED, J.FAILED},
     J.PENDING: {J.STARTING, J.STOPPING, J.DROPPED, J.FAILED},
     J.STARTING: {J.RUNNING, J.RECOVERING, J.PENDING, J.STOPPING, J.DROPPED, J.FAILED},
     J.RUNNING: {J.RECOVERING, J.MIGRATING, J.STOPPING, J.DROPPED, J.FAILED},

@@ -27,6 +27,7 @@ from fabric.core.errors import InvalidSpecError, JobNotFoundError
 from fabric.core.jobs.bundles import Bundle
 from fabric.core.jobs.restarts import Restart, ceiling, restarts_last_hour, verdict
 from fabric.core.jobs.spec import JobSpec
+from fabric.core.jobs.start_at import placement_begins, waits
 from fabric.core.jobs.states import BUNDLE_LIFECYCLE, JOB_LIFECYCLE, LIVE_STATES, BundleState, JobState
 from fabric.core.placement import Peer, PlacementContext, Requirement
 from fabric.core.settings import FabricSettings, FailurePolicySettings, template_artifacts
@@ -68,6 +69,10 @@ class JobRecord:
     dormant: bool = False
     """A ``start_mode="manual"`` job not started yet (or stopped for future placement)."""
     reason: str = ""
+    started_at: float | None = None
+    """When its current instance reached running (None: no instance running)."""
+    first_started_at: float | None = None
+    """When its first instance reached running."""
 
     @property
     def terminal(self) -> bool:
@@ -139,7 +144,8 @@ class EndNode:
 @dataclass(frozen=True, slots=True)
 class JobEvent:
     kind: str
-    """``job_state``, ``job_dropped``, ``job_rejected``, ``bundle_broken``, ``resilience_degraded``, ``placement_failed``
+    """``job_state``, ``job_dropped``, ``job_rejected``, ``bundle_broken``, ``resilience_degraded``, ``placement_failed``,
+    ``restarts_cleared``
     (the executor records ``single_use_ended`` itself, when it carries out an ``EndNode``)."""
     data: dict[str, object]
     stimulus_id: str = field(default="", compare=False, kw_only=True)
@@ -189,8 +195,11 @@ class JobBook:
         frm, rec.state, rec.reason = rec.state, to, reason
         rec.history.append((now, to.value, reason))
         self.dirty.add(rec.job_id)
-        return [JobEvent("job_state", {"job_id": rec.job_id, "from": frm.value, "to": to.value, "reason": reason,
-                                       "bundle_id": rec.bundle_id})]
+        data: dict[str, object] = {"job_id": rec.job_id, "from": frm.value, "to": to.value, "reason": reason,
+                                   "bundle_id": rec.bundle_id}
+        if to == JobState.RUNNING:
+            data.update(started_at=rec.started_at, first_started_at=rec.first_started_at)
+        return [JobEvent("job_state", data)]
 
     def move(self, rec: JobRecord, to: JobState, now: float, reason: str = "") -> list[Instruction]:
         """Move ``rec`` to ``to`` (as the table allows), for a decision made beside the book: the
@@ -204,6 +213,8 @@ class JobBook:
         if job_id in self.jobs:
             raise InvalidSpecError(f"a job {job_id!r} exists already", field="job_id")
         rec = JobRecord(job_id, spec, now, bundle_id=bundle_id, replica=replica, dormant=dormant)
+        if waits(spec, self.settings, now):
+            rec.state, rec.reason = JobState.SCHEDULED, f"scheduled: start_at {spec.start_at:.3f}"
         rec.history.append((now, rec.state.value, "created"))
         self.jobs[job_id] = rec
         self.dirty.add(job_id)
@@ -224,7 +235,7 @@ class JobBook:
         """Placements to try now: pending or recovering jobs past their ``not_before`` whose
         bundle is live, primaries before backups (a backup's resilience rule needs its primary),
         each bundle's jobs in its order. Their contexts are built as each is placed (``PlaceJob``)."""
-        out: list[Instruction] = []
+        out: list[Instruction] = self._scheduled_due(now)
         for rec in sorted(self.jobs.values(), key=lambda j: (j.replica, j.created_at, j.job_id)):
             if rec.state not in (JobState.PENDING, JobState.RECOVERING) or rec.dormant or now < rec.not_before:
                 continue
@@ -233,6 +244,16 @@ class JobBook:
                 continue
             rec.last_attempt = now
             out.append(PlaceJob(rec.job_id, rec.spec.requirement, None))
+        return out
+
+    def _scheduled_due(self, now: float) -> list[Instruction]:
+        """Scheduled jobs whose placement begins now move to ``pending`` (``fabric.core.jobs.start_at``)."""
+        out: list[Instruction] = []
+        for rec in self.jobs.values():
+            if rec.state == JobState.SCHEDULED:
+                begins = placement_begins(rec.spec, self.settings)
+                if begins is None or now >= begins:
+                    out += self._move(rec, JobState.PENDING, now, f"start_at {rec.spec.start_at or now:.3f}: placement begins")
         return out
 
     def context(self, rec: JobRecord, where: Where, *, target_node: str | None = None,
@@ -333,7 +354,25 @@ class JobBook:
         if rec is None or rec.binding is None or rec.binding.instance_key != instance_key or rec.state != JobState.STARTING:
             return []
         rec.exclude, rec.recovering = frozenset(), False
+        self._began(rec, now)
         return self._move(rec, JobState.RUNNING, now, f"running on {rec.binding.node_id[:12]}")
+
+    @staticmethod
+    def _began(rec: JobRecord, now: float) -> None:
+        """A new instance of ``rec`` runs from ``now`` (its first one, too, when none ran before)."""
+        rec.started_at = now
+        rec.first_started_at = now if rec.first_started_at is None else rec.first_started_at
+
+    def provisioned_for(self, job_id: str, node_id: str, now: float) -> list[Instruction]:
+        """A node provisioned for the job registered: its restart history is cleared (a fresh node,
+        a fresh count against its ceiling), with a ``restarts_cleared`` event when there was one."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.terminal or not rec.restarts:
+            return []
+        cleared, rec.restarts = len(rec.restarts), []
+        self.dirty.add(job_id)
+        return [JobEvent("restarts_cleared", {"job_id": job_id, "node_id": node_id, "cleared": cleared,
+                                              "reason": "a node provisioned for it registered", "bundle_id": rec.bundle_id})]
 
     def died(self, job_id: str, instance_key: str, now: float, *, reason: str = "", preempted: bool = False,
              invalid_spec: str | None = None, fenced: bool = False) -> list[Instruction]:
@@ -348,7 +387,7 @@ class JobBook:
         # a single-use job's node is ended before its slot goes back: nothing else lands there meanwhile
         end_node: list[Instruction] = [EndNode(job_id, binding.node_id)] if rec.spec.single_use else []
         out: list[Instruction] = [ReleaseSlot(binding.allocation_id)] if binding.allocation_id is not None else []
-        rec.binding = None
+        rec.binding, rec.started_at = None, None
         self.dirty.add(job_id)
         if rec.state == JobState.STOPPING:
             return end_node + out + self._move(rec, JobState.STOPPED, now, "stopped")
@@ -451,6 +490,7 @@ class JobBook:
         old = rec.binding
         rec.binding = Binding(node_id, instance_key, allocation_id)
         rec.exclude, rec.recovering = frozenset(), False
+        self._began(rec, now)
         self.dirty.add(job_id)
         out: list[Instruction] = [ReleaseSlot(old.allocation_id)] if old.allocation_id is not None else []
         return out + self._move(rec, JobState.RUNNING, now, f"running on {node_id[:12]} ({reason})")
@@ -489,7 +529,7 @@ class JobBook:
         for rec in self.jobs.values():
             if rec.state in LIVE_STATES and rec.binding is None:
                 problems.append(f"job {rec.job_id} is {rec.state} with no binding")
-            if rec.binding is not None and (rec.terminal or rec.state in (JobState.PENDING, JobState.RECOVERING)):
+            if rec.binding is not None and (rec.terminal or rec.state in (JobState.SCHEDULED, JobState.PENDING, JobState.RECOVERING)):
                 problems.append(f"job {rec.job_id} is {rec.state} but bound to {rec.binding.node_id}")
             if rec.binding is not None:
                 other = keys.setdefault(rec.binding.instance_key, rec.job_id)
@@ -522,6 +562,12 @@ class JobStatus:
     restarts_last_hour: int = 0
     reason: str = ""
     history: tuple[tuple[float, str, str], ...] = ()
+    started_at: float | None = None
+    """When the current instance reached running (epoch seconds; None: none runs)."""
+    first_started_at: float | None = None
+    """When the job's first instance reached running."""
+    start_at: float | None = None
+    """The job's ``start_at`` (None: it started when submitted)."""
 
     @property
     def node_id(self) -> str | None:
@@ -536,4 +582,5 @@ def summarize(rec: JobRecord, now: float) -> JobStatus:
     """The ``JobStatus`` of one record."""
     return JobStatus(rec.job_id, rec.spec.name, rec.state, rec.bundle_id, rec.replica, rec.binding,
                      rec.restarts_last_hour(now), rec.reason,
-                     tuple((at, state, reason) for at, state, reason in rec.history))
+                     tuple((at, state, reason) for at, state, reason in rec.history),
+                     rec.started_at, rec.first_started_at, rec.spec.start_at)

@@ -315,7 +315,10 @@ class JobsCore(JobsState):
 
     def _capacity_joined(self, s: js.CapacityJoined, now: float) -> list[Any]:
         self.rebalance_after = now + self.settings.rebalance.settle_s
-        return [PlaceSoon()] if self.book.capacity_joined(now) else []
+        out: list[Any] = []
+        for job_id, node_id in s.provisioned_for:
+            out += self.book.provisioned_for(job_id, node_id, now)
+        return out + ([PlaceSoon()] if self.book.capacity_joined(now) else [])
 
     def _due(self, now: float) -> list[Any]:
         return self.book.due(now, self.where) if self.resumed else []

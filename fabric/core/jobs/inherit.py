@@ -5,10 +5,11 @@ head's address, when the cluster was first and last seen). A scheduler that star
 recorded cluster is not the one running is on a *new* cluster (a head cold-started on the same
 address, with no GCS fault tolerance or a fresh GCS store): every instance the store names died with
 the old cluster, and nobody asked for its jobs to run here. So its jobs are *held*, not resumed: a
-job that was live or waiting becomes ``recovering`` (``pending`` stays ``pending``) with no binding,
-dormant (never placed), its reason naming the old cluster; a job that was stopping has stopped. The
-operator sees them (``fabric jobs``, the one line ``fabric up`` prints) and resumes them on purpose
-(``fabric up --resume``, ``fabric.up(resume=True)``, ``store.resume_inherited``), or stops them.
+job that was live or waiting becomes ``recovering`` (``pending`` and ``scheduled`` stay as they
+are) with no binding, dormant (never placed), its reason naming the old cluster; a job that was
+stopping has stopped. The operator sees them (``fabric jobs``, the one line ``fabric up`` prints)
+and resumes them on purpose (``fabric up --resume``, ``fabric.up(resume=True)``,
+``store.resume_inherited``), or stops them.
 
 A restart of the same cluster (the scheduler actor restarted, a head restarted with GCS fault
 tolerance: Ray keeps its cluster id) is not inheriting: everything resumes as it stood. A store with
@@ -129,21 +130,21 @@ def _who(cluster: ClusterStamp, now: float) -> str:
 
 def hold(book: JobBook, found: Inherited, now: float) -> list[Instruction]:
     """Hold ``found.jobs`` in ``book``: unbound (their instances died with the old cluster), live
-    and waiting ones ``recovering`` (``pending`` stays), dormant, their reason naming the old
-    cluster; a stopping one ``stopped``. The events of the moves, and one ``jobs_inherited``."""
+    and waiting ones ``recovering`` (``pending`` and ``scheduled`` stay), dormant, their reason naming
+    the old cluster; a stopping one ``stopped``. The events of the moves, and one ``jobs_inherited``."""
     out: list[Instruction] = []
     reason = f"{HELD_PREFIX}inherited from another Ray cluster ({_who(found.cluster, now)}); fabric up --resume resumes it"
     for job_id in (*found.stopped, *found.jobs):
         rec = book.jobs.get(job_id)
         if rec is None or rec.terminal:
             continue
-        rec.binding = None
+        rec.binding, rec.started_at = None, None
         book.dirty.add(job_id)
         if rec.state == JobState.STOPPING:
             out += book.move(rec, JobState.STOPPED, now, "stopped (its instance ended with the old cluster)")
             continue
         rec.dormant = True
-        if rec.state != JobState.PENDING:
+        if rec.state not in (JobState.PENDING, JobState.SCHEDULED):  # a waiting one keeps waiting
             out += book.move(rec, JobState.RECOVERING, now, reason)
         rec.reason, rec.not_before = reason, now
     out.append(JobEvent("jobs_inherited", {"cluster_id": found.cluster.cluster_id, "head": found.cluster.head,

@@ -1,10 +1,11 @@
 """The jobs core's node moves: drains, reclaim notices, evictions and rebalancing.
 
 - **drain**: the node is cordoned in the task core (``Cordon``: its running tasks finish, nothing
-  new lands), every job there is migrated by the strategy, each job's place in the drain follows
-  its saga on every tick (a ``drain_progress`` event on every change), a job that could not move is
-  tried again while time is left, and once no job is left and the task core has handed the node off,
-  Ray is asked to drain it (``AskRayToDrain``; ``drain.ask_ray`` false keeps drains reversible and
+  new lands), every job there is migrated by the strategy (the drain call's, else the job's
+  ``drain_strategy``, else the settings' default), each job's place in the drain follows its saga
+  on every tick (a ``drain_progress`` event on every change), a job that could not move is tried
+  again while time is left, and once no job is left and the task core has handed the node off, Ray
+  is asked to drain it (``AskRayToDrain``; ``drain.ask_ray`` false keeps drains reversible and
   Ray is not asked). At the timeout ``force`` stops what has not moved (each job recovers by its
   policy); without it the drain ends ``partial``.
 - **reclaim notice**: a forced drain sized to the notice's deadline; a second notice tightens the
@@ -56,7 +57,7 @@ def drain(st: JobsState, s: DrainJobsRequested, now: float) -> tuple[DrainState,
                          interruption_deadline=s.deadline):
                 out.append(progress(d))
         return d.snapshot(), out
-    strategy = s.strategy or st.settings.migration.default_strategy
+    strategy = s.strategy  # None: each job's own drain_strategy, else the settings' default (``_move``)
     ids = [r.job_id for r in st.book.on_node(s.node_id)
            if r.state in (JobState.STARTING, JobState.RUNNING, JobState.MIGRATING)]
     d = st.drains.start(s.node_id, ids, now, timeout_s=timeout, force=s.force, strategy=strategy,
@@ -211,7 +212,8 @@ def _move(st: JobsState, d: NodeDrain, job_id: str, now: float) -> list[Any]:
             d.set_job(job_id, JobDrainStatus.STUCK, reason=f"not running ({rec.state.value if rec else 'gone'}): tried again")
         return []
     try:
-        m, out = sagas.start_migration(st, job_id, d.strategy, None, False, f"drain of {d.node_id[:12]}", st.tokens(), now)
+        strategy = d.strategy or rec.spec.drain_strategy or st.settings.migration.default_strategy
+        m, out = sagas.start_migration(st, job_id, strategy, None, False, f"drain of {d.node_id[:12]}", st.tokens(), now)
     except FabricError as exc:
         if d.job(job_id).status is not JobDrainStatus.STUCK or d.job(job_id).reason != str(exc):
             d.set_job(job_id, JobDrainStatus.STUCK, reason=str(exc))

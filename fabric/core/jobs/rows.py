@@ -86,8 +86,12 @@ _SPEC_FIELDS = ("name", "on_runtime_failure", "max_restarts_per_hour", "essentia
                 "start_mode", "health_period_s", "health_timeout_s", "health_failures", "call_timeout_s")
 
 
+_SPEC_OPTIONAL = ("start_at", "drain_strategy")
+"""Spec fields added later: a row written before them reads them as None."""
+
+
 def spec_row(spec: JobSpec) -> dict[str, Any]:
-    row: dict[str, Any] = {name: getattr(spec, name) for name in _SPEC_FIELDS}
+    row: dict[str, Any] = {name: getattr(spec, name) for name in _SPEC_FIELDS + _SPEC_OPTIONAL}
     row["requirement"] = requirement_row(spec.requirement)
     row["co_locate_with"] = list(spec.co_locate_with)
     row["separate_from"] = list(spec.separate_from)
@@ -96,6 +100,7 @@ def spec_row(spec: JobSpec) -> dict[str, Any]:
 
 def spec_from_row(row: dict[str, Any]) -> JobSpec:
     kw = {name: row[name] for name in _SPEC_FIELDS}
+    kw.update({name: row.get(name) for name in _SPEC_OPTIONAL})
     return JobSpec(requirement=requirement_from_row(row["requirement"]), co_locate_with=tuple(row["co_locate_with"]),
                    separate_from=tuple(row["separate_from"]), **kw)
 
@@ -112,6 +117,7 @@ def job_row(rec: JobRecord) -> dict[str, Any]:
         "history": [[at, state, reason] for at, state, reason in rec.history],
         "not_before": rec.not_before, "exclude": sorted(rec.exclude), "recovering": rec.recovering,
         "last_attempt": rec.last_attempt, "dormant": rec.dormant, "reason": rec.reason,
+        "started_at": rec.started_at, "first_started_at": rec.first_started_at,
     }
 
 
@@ -127,9 +133,15 @@ def job_from_row(row: object) -> JobRecord:
             history=deque(((float(at), state, reason) for at, state, reason in row["history"]), maxlen=HISTORY),
             not_before=float(row["not_before"]), exclude=frozenset(row["exclude"]), recovering=bool(row["recovering"]),
             last_attempt=row["last_attempt"], dormant=bool(row["dormant"]), reason=row["reason"],
+            started_at=_seconds_or_none(row.get("started_at")), first_started_at=_seconds_or_none(row.get("first_started_at")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RowError(f"a job row cannot be read: {type(exc).__name__}: {exc}", kind="job", key=_key(row)) from exc
+
+
+def _seconds_or_none(value: Any) -> float | None:
+    """A time kept in a row (a row written before the field: None)."""
+    return None if value is None else float(value)
 
 
 # -- bundles ----------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A class decorated with ``@adaptive.remote`` and each ``BundleJob`` of a bundle become one
 ``JobSpec``: its requirement (placed by the same engine as a task), its runtime-failure policy and
 restart ceiling, whether losing it breaks its bundle, its template, its intra-replica rules, how
-its health is checked and how long a call waits for an instance. The class itself and its
+its health is checked, how long a call waits for an instance, when it starts (``start_at``) and how a
+drain moves it (``drain_strategy``). The class itself and its
 constructor arguments travel beside it, pickled (the scheduler never imports user code).
 """
 
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from fabric.core.errors import RequirementError
 from fabric.core.placement import Requirement
+from fabric.core.settings_moves import STRATEGIES
 
 FAILURE_POLICIES = ("prefer_spare", "avoid_spare", "drop")
 START_MODES = ("auto", "manual")
@@ -35,6 +38,19 @@ def _seconds(field_name: str, value: object, *, allow_none: bool = False) -> flo
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
         raise RequirementError(field_name, f"must be a number of seconds in (0, {MAX_SECONDS:g}]", value)
+    return float(value)
+
+
+def _start_at(value: object) -> float | None:
+    """``start_at`` as epoch seconds: a timezone-aware ``datetime`` or a number of seconds since the epoch."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise RequirementError("start_at", "a datetime must carry its timezone (datetime.now(timezone.utc), ...)", value)
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise RequirementError("start_at", "must be a timezone-aware datetime or epoch seconds (a positive number)", value)
     return float(value)
 
 
@@ -70,6 +86,13 @@ class JobSpec:
     """Consecutive failed or timed-out health checks that mark the instance unhealthy."""
     call_timeout_s: float = 30.0
     """How long a call made while the job has no running instance waits for one."""
+    start_at: float | None = None
+    """When the job starts (epoch seconds; a timezone-aware ``datetime`` is taken too). Until then it
+    is ``scheduled``; placement begins its pool tier's ``placement_lead_s`` before. None, or a time
+    passed: at once."""
+    drain_strategy: str | None = None
+    """How a drain of its node moves it (a migration strategy); None: the settings' default. A
+    strategy given to the drain call itself wins."""
 
     def __post_init__(self) -> None:
         _name("name", self.name)
@@ -98,6 +121,9 @@ class JobSpec:
             raise RequirementError("start_mode", "must be 'auto' or 'manual'", self.start_mode)
         for name in ("health_period_s", "health_timeout_s", "call_timeout_s"):
             object.__setattr__(self, name, _seconds(name, getattr(self, name)))
+        object.__setattr__(self, "start_at", _start_at(self.start_at))
+        if self.drain_strategy is not None and self.drain_strategy not in STRATEGIES:
+            raise RequirementError("drain_strategy", f"must be one of {', '.join(STRATEGIES)} (or None)", self.drain_strategy)
         f = self.health_failures
         if isinstance(f, bool) or not isinstance(f, int) or not 1 <= f <= 1000:
             raise RequirementError("health_failures", "must be a whole number in [1, 1000]", f)

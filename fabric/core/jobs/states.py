@@ -1,6 +1,6 @@
 """The states of a job and of a bundle, each a ``str`` enum with its transition table.
 
-A job: ``pending`` (waiting for a node) -> ``starting`` (its instance is being created on the node
+A job: ``scheduled`` (a ``start_at`` not reached yet: nothing is placed) -> ``pending`` (waiting for a node) -> ``starting`` (its instance is being created on the node
 the engine chose) -> ``running``. An instance or node that dies moves it to ``recovering`` (its
 policy re-places it: back to ``starting``), or ends it: ``dropped`` (policy ``drop``, or a
 non-essential job past its restart ceiling or refused as an invalid spec) or ``failed`` (an
@@ -20,6 +20,7 @@ from fabric.core.lifecycle import Lifecycle
 
 
 class JobState(str, Enum):
+    SCHEDULED = "scheduled"
     PENDING = "pending"
     STARTING = "starting"
     RUNNING = "running"
@@ -37,6 +38,7 @@ class JobState(str, Enum):
 J = JobState
 _ENDS = (J.STOPPING, J.DROPPED, J.FAILED)
 JOB_LIFECYCLE: Lifecycle[JobState] = Lifecycle(JobState, [
+    *((J.SCHEDULED, to) for to in (J.PENDING, *_ENDS)),
     *((J.PENDING, to) for to in (J.STARTING, *_ENDS)),
     *((J.STARTING, to) for to in (J.RUNNING, J.RECOVERING, J.PENDING, *_ENDS)),
     *((J.RUNNING, to) for to in (J.RECOVERING, J.MIGRATING, *_ENDS)),

@@ -209,6 +209,10 @@ class JobsNodeLost(Stimulus):
 class CapacityJoined(Stimulus):
     """A node joined: waiting jobs are tried at once, and rebalancing looks after it settles."""
 
+    provisioned_for: tuple[tuple[str, str], ...] = ()
+    """``(job id, node id)`` of each node that joined for a provision a job's placement opened: the
+    job's restart history is cleared."""
+
 
 @dataclass(frozen=True)
 class PlacementsDue(Stimulus):

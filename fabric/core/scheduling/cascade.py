@@ -49,6 +49,9 @@ class Cascade:
         self.counters = counters
         """The core's counters (``provisions_*``), shared."""
         self.clock = clock
+        self.served: list[tuple[str, str]] = []
+        """``(job id, node id)`` of each node that registered for a provision a job's placement
+        opened, until the scheduler takes them (``SchedulerCore.take_served``)."""
 
     def on_prospective(self, d: Decision) -> bool:
         """A placed decision that landed on a node still coming up."""
@@ -65,7 +68,8 @@ class Cascade:
         if pt is None or pt.provider == "static":  # nobody could start it: it stays a deferral
             return walk.deferred(f"{d.reason} (pool tier {d.pool_tier} has no provider)", req, ctx or TASK_CONTEXT,
                                  d.pool, None)
-        p = self.provisions.open(d.pool, d.pool_tier, pt.provider, d.shape, now, pt.provision_timeout_s, d.reason)
+        p = self.provisions.open(d.pool, d.pool_tier, pt.provider, d.shape, now, pt.provision_timeout_s, d.reason,
+                                 job_id=(ctx.job_id or None) if ctx is not None else None)
         rec = self.fleet.add(shape_record(p.node_id, d.shape, d.pool, d.pool_tier))
         self.ledger.note_cap(rec.node_id, rec.slots)
         self.counters["provisions_requested"] += 1
@@ -122,6 +126,9 @@ class Cascade:
                                       stimulus_id=s.stimulus_id)]
             return []
         if registered:
+            node_id = self.provisions.early_node(s.instance_id)
+            if p.job_id and node_id:
+                self.served.append((p.job_id, node_id))
             return self._registered(p, s.stimulus_id)
         return []
 
@@ -161,6 +168,8 @@ class Cascade:
         p = self.provisions.match(rec)
         if p is None:
             return []
+        if p.job_id:
+            self.served.append((p.job_id, rec.node_id))
         return self._registered(p, sid)
 
     def adopt(self, s: st.ProvisionsAdopted, now: float) -> list[Instruction]:

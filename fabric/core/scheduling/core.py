@@ -201,6 +201,11 @@ class SchedulerCore:
         """Some elastic pool tier of ``req``'s pool may provision a node for it now (``Cascade``)."""
         return self.cascade.could_provision(req)
 
+    def take_served(self) -> list[tuple[str, str]]:
+        """``(job id, node id)`` of the nodes that registered for a job's provision since the last call."""
+        served, self.cascade.served = self.cascade.served, []
+        return served
+
     def provisions_view(self) -> dict[str, list[dict[str, object]]]:
         """Open provisions and held pool tiers, for ``fabric status`` and ``h.metrics()``."""
         return self.cascade.view()

@@ -17,7 +17,9 @@ job runner already keep, plus
   in use over slots, nodes still launching left out) and ``broken_bundle_ids``;
 - ``tiers`` (the core's: per tier nodes, placeable, running, slots, utilization), ``fallbacks``;
 - ``nodes_unhealthy`` (nodes kept off placement now for failed starts) and
-  ``nodes_marked_unhealthy`` (how often a node was marked so, since start).
+  ``nodes_marked_unhealthy`` (how often a node was marked so, since start);
+- ``job_starts``: per job that ever ran and has not ended, ``started_at`` (its current instance's
+  start, None while none runs) and ``first_started_at`` (epoch seconds).
 
 ``series`` turns such a dict into the exported series: counters (cumulative figures, which the
 sink is sent as deltas) and gauges, each keyed ``(name, tags)``. A gauge whose tag set is absent
@@ -156,6 +158,10 @@ def series(view: Mapping[str, Any]) -> tuple[dict[SeriesKey, float], dict[Series
         gauges[_key("fabric_pool_broken_bundles", pool=str(pool))] = float(len(p["broken_bundle_ids"]))
     for bundle_id in view.get("broken_bundle_ids") or ():
         gauges[_key("fabric_bundle_broken", bundle_id=str(bundle_id))] = 1.0
+    for job_id, starts in (view.get("job_starts") or {}).items():
+        for name in ("started_at", "first_started_at"):
+            if starts.get(name) is not None:
+                gauges[_key(f"fabric_job_{name}_seconds", job_id=str(job_id))] = float(starts[name])
     counters[_key("fabric_nodes_marked_unhealthy")] = float(view.get("nodes_marked_unhealthy", 0))
     for name in ("queue_depth", "running", "leases", "drains", "provisions_pending", "nodes_unhealthy"):
         if name in view:
@@ -186,6 +192,8 @@ DESCRIPTIONS = {
     "fabric_leases": "placement leases held",
     "fabric_drains": "drains in progress",
     "fabric_provisions_pending": "provisions not yet registered",
+    "fabric_job_started_at_seconds": "when the job's current instance started (epoch seconds)",
+    "fabric_job_first_started_at_seconds": "when the job's first instance started (epoch seconds)",
 }
 """One line per exported series name (Prometheus HELP)."""
 

@@ -124,7 +124,7 @@ def provision_row(p: PendingProvision, wall_offset: float) -> dict[str, Any]:
     return {"schema": ROW_SCHEMA, "provision_id": p.provision_id, "pool": p.pool, "pool_tier": p.pool_tier,
             "provider": p.provider, "shape": p.shape.model_dump(mode="json"), "instance_id": p.instance_id,
             "reason": p.reason, "requested_at": p.requested_at + wall_offset, "deadline": p.deadline + wall_offset,
-            "phase": p.phase.value}
+            "phase": p.phase.value, "job_id": p.job_id}
 
 
 def provision_from_row(row: object, wall_offset: float) -> PendingProvision:
@@ -134,6 +134,7 @@ def provision_from_row(row: object, wall_offset: float) -> PendingProvision:
     r = checked_row(row, kind, "provision_id")
     key = text(r, "provision_id", kind, None)
     reason = r.get("reason", "")
+    job_id = r.get("job_id")  # a row written before provisions named their job: None
     instance_id = optional_text(r, "instance_id", kind, key)
     return PendingProvision(
         provision_id=key, pool=text(r, "pool", kind, key), pool_tier=text(r, "pool_tier", kind, key),
@@ -141,7 +142,7 @@ def provision_from_row(row: object, wall_offset: float) -> PendingProvision:
         requested_at=seconds(r, "requested_at", kind, key) - wall_offset,
         deadline=seconds(r, "deadline", kind, key) - wall_offset,
         instance_id=instance_id, reason=reason if isinstance(reason, str) else "",
-        phase=phase_of(r, kind, key, instance_id))
+        job_id=job_id if isinstance(job_id, str) else None, phase=phase_of(r, kind, key, instance_id))
 
 
 def shifted(p: PendingProvision, by: float) -> PendingProvision:

@@ -83,6 +83,9 @@ class PendingProvision:
     """The provider's instance id, once it answered (``ProvisionStarted``)."""
     reason: str = ""
     """What asked for it (the placement's reason)."""
+    job_id: str | None = None
+    """The job whose placement opened it (None: a task's, or the burst scaler's): once its node
+    registers, that job's restart history is cleared."""
     phase: ProvisionPhase = ProvisionPhase.ASKED
     """Where it is in its life (``PROVISION_LIFECYCLE``); one built with an instance id and left
     ``asked`` is ``started`` (its provider answered)."""
@@ -154,11 +157,11 @@ class ProvisionBook:
         return self._open.get(provision_id)
 
     def open(self, pool: str, pool_tier: str, provider: str, shape: NodeShape, now: float, timeout_s: float,
-             reason: str = "") -> PendingProvision:
+             reason: str = "", job_id: str | None = None) -> PendingProvision:
         pid = f"p{next(_IDS)}"
         while pid in self._open:  # an id a scheduler before this one gave (adopted): never two of one id
             pid = f"p{next(_IDS)}"
-        p = PendingProvision(pid, pool, pool_tier, provider, shape, now, now + timeout_s, reason=reason)
+        p = PendingProvision(pid, pool, pool_tier, provider, shape, now, now + timeout_s, reason=reason, job_id=job_id)
         self._open[pid] = p
         self._changed.add(pid)
         return p
@@ -200,6 +203,10 @@ class ProvisionBook:
         p.instance_id = instance_id
         self._changed.add(provision_id)
         return p, instance_id in self._early
+
+    def early_node(self, instance_id: str) -> str | None:
+        """The node that registered with ``instance_id`` before its provider answered (None: none)."""
+        return self._early.get(instance_id)
 
     def take_abandoned(self, provision_id: str) -> bool:
         """True once for a provision abandoned before its provider answered."""
