@@ -82,6 +82,10 @@ class NodeShape(SettingsModel):
     _v_tier = field_validator("tier", mode="before")(classmethod(lambda cls, v: _tier(v)))
 
 
+RENTED_LEAD_S = 300.0
+"""``PoolTier.placement_lead_s``'s default where machines are rented: time for one to boot and join."""
+
+
 class PoolTier(SettingsModel):
     """One homogeneous capacity segment of a pool."""
 
@@ -106,9 +110,10 @@ class PoolTier(SettingsModel):
     """Shapes an elastic pool tier provisions, first fitting wins."""
     provision_timeout_s: PositiveSeconds = 600.0
     """How long a provisioned node may stay launching before its work is placed again."""
-    placement_lead_s: NonNegFloat = 0.0
+    placement_lead_s: NonNegFloat | None = None
     """How long before a job's ``start_at`` its placement begins (time for a node to be provisioned);
-    0: at ``start_at``."""
+    0: at ``start_at``. Defaults to 300 s for a pool tier whose machines are rented (``ray-autoscaler``,
+    ``command``), 0 for the fleet's own (``static``, ``local``)."""
 
     @property
     def effective_reliability(self) -> str:
@@ -116,6 +121,13 @@ class PoolTier(SettingsModel):
         if self.reliability is not None:
             return self.reliability
         return "interruptible" if self.launch_mode == "spot" else "durable"
+
+    @property
+    def effective_placement_lead_s(self) -> float:
+        """``placement_lead_s``, or its default for the provider."""
+        if self.placement_lead_s is not None:
+            return self.placement_lead_s
+        return RENTED_LEAD_S if self.provider in ("ray-autoscaler", "command") else 0.0
 
 
 class Pool(SettingsModel):

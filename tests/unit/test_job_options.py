@@ -65,8 +65,11 @@ def test_drain_strategy_is_a_migration_strategy():
     assert e.value.field == "drain_strategy"
 
 
-def test_placement_lead_s_defaults_to_zero_and_is_never_negative():
-    assert PoolTier(name="t").placement_lead_s == 0.0
+def test_placement_lead_s_defaults_by_provider_and_is_never_negative():
+    assert PoolTier(name="t").effective_placement_lead_s == 0.0  # the fleet's own machines: at start_at
+    assert PoolTier(name="t", provider="local").effective_placement_lead_s == 0.0
+    assert PoolTier(name="t", provider="ray-autoscaler").effective_placement_lead_s == 300.0  # rented: time to boot
+    assert PoolTier(name="t", provider="ray-autoscaler", placement_lead_s=0).effective_placement_lead_s == 0.0
     with pytest.raises(SettingsError, match="placement_lead_s"):
         lead_settings(-1)
     s = lead_settings(30, 120)

@@ -21,7 +21,7 @@ def placement_lead_s(settings: FabricSettings | None, pool: str | None) -> float
         tiers = settings.pool(pool).tiers
     except KeyError:
         return 0.0
-    return max((float(getattr(t, "placement_lead_s", 0.0)) for t in tiers), default=0.0)
+    return max((t.effective_placement_lead_s for t in tiers), default=0.0)
 
 
 def placement_begins(spec: JobSpec, settings: FabricSettings | None) -> float | None:
