@@ -23,6 +23,7 @@ from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-export
     MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, clip, decode_settings, parse_yaml, read_settings_file,
 )
 from fabric.core.settings_api import ApiSettings
+from fabric.core.settings_command import CommandScripts
 from fabric.core.settings_fence import FenceSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
 from fabric.core.settings_rejections import RejectionSettings
@@ -87,9 +88,10 @@ class PoolTier(SettingsModel):
 
     name: str = Field(min_length=1)
     """Unique within its pool."""
-    provider: Literal["static", "local", "ray-autoscaler"] = "static"
+    provider: Literal["static", "local", "ray-autoscaler", "command"] = "static"
     """Who creates nodes: ``static`` (none: nodes join by hand), ``local`` (real ``ray start`` on this
-    machine), ``ray-autoscaler`` (``request_resources`` on a real cluster)."""
+    machine), ``ray-autoscaler`` (``request_resources`` on a real cluster), ``command`` (the
+    operator's scripts in ``command``)."""
     packing: Literal["binpack", "spread"] = "spread"
     """``spread`` prefers the emptiest node (lowest utilisation); ``binpack`` the fullest."""
     scale_out: Literal["fixed", "elastic"] = "fixed"
@@ -106,6 +108,8 @@ class PoolTier(SettingsModel):
     """Shapes an elastic pool tier provisions, first fitting wins."""
     provision_timeout_s: PositiveSeconds = 600.0
     """How long a provisioned node may stay launching before its work is placed again."""
+    command: CommandScripts | None = None
+    """``provider: command`` only: the provision, terminate and list executables and how they run."""
 
     @property
     def effective_reliability(self) -> str:
@@ -507,7 +511,11 @@ def _pool_tier_problems(i: int, pool_name: str | None, tiers: list[tuple[int, Po
             if not pt.candidate_shapes:
                 out.append(SettingsProblem("elastic_without_shapes", f"{path}.candidate_shapes", "an elastic pool tier needs at least one candidate shape"))
             if pt.provider == "static":
-                out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local' or 'ray-autoscaler'"))
+                out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local', 'ray-autoscaler' or 'command'"))
+        if (pt.provider == "command") != (pt.command is not None):
+            out.append(SettingsProblem("command_without_scripts" if pt.command is None else "scripts_without_command", f"{path}.command",
+                                       "a 'command' pool tier needs a command block (provision, terminate, list)" if pt.command is None
+                                       else f"a command block is read only by provider 'command', not {pt.provider!r}"))
         if pt.max_nodes is not None and pt.min_nodes > pt.max_nodes:
             out.append(SettingsProblem("min_above_max", f"{path}.min_nodes", f"min_nodes ({pt.min_nodes}) is above max_nodes ({pt.max_nodes})"))
         if pt.launch_mode == "spot" and pt.reliability == "durable":
