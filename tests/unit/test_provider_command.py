@@ -6,7 +6,9 @@ never its arguments or its stdin, and never show in an error; after a restart ``
 
 from __future__ import annotations
 
+import asyncio
 import json
+import pickle
 import shlex
 import sys
 from pathlib import Path
@@ -139,10 +141,11 @@ def test_providers_for_builds_the_command_provider(tmp_path):
     assert isinstance(built["command"], CommandProvider) and built["command"].address == "10.0.0.1:6379"
 
 
-LISTING = """print(json.dumps({'instances': [
-    {'instance_id': 'cmd-kept'},
-    {'instance_id': 'cmd-stray', 'pool': 'ci', 'pool_tier': 'runners', 'shape': 'ci-small', 'name': 'vm-stray'},
-    {'instance_id': 'cmd-nameless'}]}))"""
+LISTING = """listed = os.path.join(os.path.dirname(sys.argv[0]), 'listed.json')
+print(open(listed).read() if os.path.exists(listed) else '{"instances": []}')"""
+LISTED = {"instances": [{"instance_id": "cmd-kept"},
+                        {"instance_id": "cmd-stray", "pool": "ci", "pool_tier": "runners", "shape": "ci-small", "name": "vm-stray"},
+                        {"instance_id": "cmd-nameless"}]}
 
 
 class _Host:
@@ -162,12 +165,11 @@ def test_after_a_restart_the_list_script_is_the_truth(tmp_path, unknown):
     store = JobStore(tmp_path / "fabric.jobs.db")
     ids = iter(["cmd-kept", "cmd-gone"])
     first = CommandProvider(command_tiers(s), address="10.0.0.1:6379", new_id=lambda: next(ids))
-    import asyncio
-
     pv = Provisioner(_Host(s), providers={"command": first})
-    pv._store = store
+    assert pv.attach(store) == 0  # the script lists nothing yet
     for _ in range(2):
         asyncio.run(pv.provision("command", first.tiers[("ci", "runners")].candidate_shapes[0], "ci", "runners", spare=False))
+    (tmp_path / "listed.json").write_text(json.dumps(LISTED))
     # the scheduler dies; a new provider over the same store: the script lists cmd-kept and two it never remembered
     second = CommandProvider(command_tiers(s), address="10.0.0.1:6379")
     after = Provisioner(_Host(s), providers={"command": second})
@@ -183,7 +185,7 @@ def test_after_a_restart_the_list_script_is_the_truth(tmp_path, unknown):
         assert held == ["cmd-kept", "cmd-stray"] and terminated == ["cmd-nameless"]
         assert sorted(k for k, _ in store.state("instance")) == ["command/cmd-kept", "command/cmd-stray"]
         assert ("instance_adopted", "cmd-stray") in notes
-    assert sum(1 for c in calls(tmp_path) if c[1]["action"] == "list") == 1  # once per attach, not once per row
+    assert sum(1 for c in calls(tmp_path) if c[1]["action"] == "list") == 2  # once per attach, not once per row
 
 
 def test_a_list_script_that_fails_after_a_restart_keeps_what_the_store_remembers(tmp_path):
@@ -191,9 +193,7 @@ def test_a_list_script_that_fails_after_a_restart_keeps_what_the_store_remembers
     store = JobStore(tmp_path / "fabric.jobs.db")
     first = CommandProvider(command_tiers(s), address="10.0.0.1:6379", new_id=lambda: "cmd-1")
     pv = Provisioner(_Host(s), providers={"command": first})
-    pv._store = store
-    import asyncio
-
+    pv.attach(store)
     asyncio.run(pv.provision("command", first.tiers[("ci", "runners")].candidate_shapes[0], "ci", "runners", spare=False))
     second = CommandProvider(command_tiers(s), address="10.0.0.1:6379")
     after = Provisioner(_Host(s), providers={"command": second})
@@ -201,3 +201,12 @@ def test_a_list_script_that_fails_after_a_restart_keeps_what_the_store_remembers
     failed = [e for e in after.log if e["kind"] == "list_failed"]
     assert failed and "cloud api unreachable" in failed[0]["log_tail"]
     assert after.close() == 1 and store.state("instance") == []  # fabric down terminates it
+
+
+def test_a_provider_error_keeps_the_scripts_stderr_across_pickling(tmp_path):
+    p = provider(tmp_path, provision="sys.stderr.write('no capacity in eu-1\\n'); sys.exit(2)")
+    with pytest.raises(ProviderError) as err:
+        p.provision(shape(p), pool="ci", pool_tier="runners")
+    again = pickle.loads(pickle.dumps(err.value))
+    assert type(again) is ProviderError and again.reason == "script_failed" and again.log_tail == "no capacity in eu-1"
+    assert again.field == "command.provision" and str(again) == str(err.value)
