@@ -111,7 +111,8 @@ class CommandProvider:
         instance_id = self._new_id()
         labels = {POOL_LABEL: pool, POOL_TIER_LABEL: pool_tier, INSTANCE_LABEL: instance_id, PROVIDER_LABEL: NAME,
                   SPARE_LABEL: "true" if spare else "false", SHAPE_LABEL: label_value(shape.name),
-                  **({ZONE_LABEL: shape.zone} if shape.zone else {}), **({CLOUD_LABEL: shape.cloud} if shape.cloud else {})}
+                  **({ZONE_LABEL: label_value(shape.zone)} if shape.zone else {}),
+                  **({CLOUD_LABEL: label_value(shape.cloud)} if shape.cloud else {})}
         clash = sorted(set(extra) & set(labels))
         if clash:
             raise ProviderError(f"tag {clash[0]!r} would replace the node's own label", reason="invalid_tag", provider=NAME,
