@@ -14,7 +14,10 @@ the job store (``kind = "instance"``: the ``ProvisionedNode`` as JSON), removed 
 restarted scheduler reads them back (``attach``): each instance still running is adopted by its
 provider again (listed, scaled down, terminated by ``fabric down`` as if started here), one that
 ended is forgotten, and what a provision in flight had started but not yet answered (a ``ray
-start`` pid file nobody adopted) is killed. None is leaked, none terminated twice.
+start`` pid file nobody adopted) is killed. A ``command`` provider's ``list`` script is the truth:
+a remembered instance it no longer lists is forgotten, and one it lists that nobody remembered is
+adopted (and kept as a row) or terminated, by its pool tier's ``command.unknown_instances``. None
+is leaked, none terminated twice.
 
 Provisions in flight are kept beside them (``fabric.core.scheduling.provision_rows``,
 ``fabric.core.spares.rows``). The task core's (its ``ProvisionBook``) are written by ``persist``,
@@ -139,7 +142,9 @@ class Provisioner:
         rows = store.state("instance")
         held: set[tuple[str, str]] = set()
         gone: list[StateRow] = []
-        providers = self.providers() if rows else {}
+        # a command pool tier's list script is asked even with no rows: what it reports is the truth
+        asks = any(pt.provider == "command" for pool in self.host.settings.pools for pt in pool.tiers)
+        providers = self.providers() if rows or asks else {}
         for key, blob in rows:
             try:
                 node = ProvisionedNode.from_row(json.loads(blob))
@@ -162,6 +167,11 @@ class Provisioner:
                 if killed:
                     self._note("instances_swept", provider=p.name, count=killed,
                                reason="started by a provision a restart interrupted; nobody adopted them")
+            for kind, data, node in getattr(p, "reconcile_unknown", lambda: [])():  # what only the provider knows of
+                self._note(kind, **data)
+                if node is not None:
+                    held.add((node.provider, node.instance_id))
+                    gone.append(self._instance_row(node))  # kept, beside the rows of the instances gone
         if gone:
             store.write(state=gone)
         self._adopt_provisions(store, held)
@@ -467,8 +477,10 @@ class Provisioner:
             close = getattr(p, "close", None)
             if close is not None:
                 close()
+                left = {n.instance_id for n in p.list()}  # one its provider could not give back keeps its row
                 for node in nodes:
-                    self._forget(name, node.instance_id)
+                    if node.instance_id not in left:
+                        self._forget(name, node.instance_id)
         return n
 
     def _note(self, kind: str, **data: Any) -> None:

@@ -34,6 +34,7 @@ from pydantic_core import PydanticUndefined
 
 from fabric.core.settings import FabricSettings, HotSpareSettings, NodeOverride, NodeShape, TemplateSettings
 from fabric.core.settings_check import unwrap_type
+from fabric.core.settings_command import CommandScripts
 from fabric.core.settings_routes import RouteSettings
 from fabric.core.tiers import ComputeTier
 
@@ -54,6 +55,9 @@ SAMPLES: dict[tuple[type, str], Any] = {
     (RouteSettings, "job"): "encode",
     (RouteSettings, "port"): 1935,
     (NodeOverride, "max_concurrent_tasks"): 2,
+    (CommandScripts, "provision"): "/etc/fabric/provider/provision",
+    (CommandScripts, "terminate"): "/etc/fabric/provider/terminate",
+    (CommandScripts, "list"): "/etc/fabric/provider/list",
 }
 # The key a commented-out example entry of a mapping shows.
 SAMPLE_KEYS = {"templates": "encoder", "routes": "channel.example", "nodes": "gpu-box-1", "operations": "transcode"}
@@ -220,7 +224,7 @@ def default_text(f: Field) -> str:
         return "required"
     value = default_of(f)
     if f.kind == "model":
-        return "its fields' defaults"
+        return "its fields' defaults" if value is not None else "`null`"
     if f.kind == "list" and value:
         return "; ".join(f"`{scalar(v.model_dump(mode='json', exclude_defaults=True))}`" for v in value)
     if f.kind == "map" and value:
@@ -293,7 +297,9 @@ def _entry(model: type[BaseModel], values: dict[str, Any], indent: int, docs: bo
         if docs:
             out += _comment(f, indent)
         pad, value = " " * indent, values.get(f.name)
-        if f.kind == "model" and f.entry is not None:
+        if f.kind == "model" and f.entry is not None and value is None and not f.required:  # an optional section
+            out += [f"{pad}{f.name}: null", *_commented([f"{pad}{f.name}:", *_entry(f.entry, _sample(f.entry), indent + 2, docs)])]
+        elif f.kind == "model" and f.entry is not None:
             out += [f"{pad}{f.name}:", *_entry(f.entry, value or {}, indent + 2, docs)]
         elif f.kind == "list" and f.entry is not None:
             out += [f"{pad}{f.name}:" if value else f"{pad}{f.name}: []"]

@@ -77,6 +77,10 @@ from fabric.providers.local import find_ray
 
 CLOUDS = ("aws", "gcp", "azure")
 """The clouds ``--cloud`` names."""
+INSTANCE_ENV = "FABRIC_INSTANCE_ID"
+"""``join --instance``'s default: a provider may set it in the machine's environment instead."""
+PROVIDER_ENV = "FABRIC_PROVIDER"
+"""``join --provider``'s default."""
 
 _ago = ago  # jobs_cmd and nodes_cmd import it under this name
 
@@ -122,6 +126,15 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument("--name", help="node name (default: the hostname, or the profile's name)")
         p.add_argument("--role", action="append", default=[], metavar="ROLE", help="declare a role (repeatable), e.g. relay")
         p.add_argument("--max-concurrent-tasks", type=int, metavar="N", help="override the node's slots")
+        if command == "join":
+            p.add_argument("--instance", metavar="ID", default=os.environ.get(INSTANCE_ENV) or None,
+                           help="the instance id a provider gave this machine (the fabric.io/instance label that binds the "
+                                f"node to its provision; default: ${INSTANCE_ENV})")
+            p.add_argument("--provider", metavar="NAME", default=os.environ.get(PROVIDER_ENV) or None,
+                           help=f"the provider that made this machine, e.g. command (the fabric.io/provider label; default: "
+                                f"${PROVIDER_ENV})")
+            p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                           help="one more node label (repeatable; a KEY without a prefix/ goes under fabric.io/)")
         p.add_argument("--pool", help="pool label")
         p.add_argument("--pool-tier", help="pool tier label")
         p.add_argument("--zone", help="zone label")
@@ -136,15 +149,23 @@ def add_parser(subparsers: Any) -> None:
 # -- join / start-head ----------------------------------------------------------------------------------
 def build_ray_start(caps: Any, *, ray: str, address: str | None = None, head_port: int | None = None, profile: str | None = None,
                     recording: str | None = None, pool: str | None = None, pool_tier: str | None = None, zone: str | None = None,
-                    cloud: str | None = None, node_ip_address: str | None = None, extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+                    cloud: str | None = None, node_ip_address: str | None = None, extra: Sequence[str] = (),
+                    instance_id: str | None = None, provider: str | None = None,
+                    labels: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The ``ray start`` argv and the extra environment for a node with capabilities ``caps``: the
     ``local`` provider's builders (``fabric.providers.local``), so a joined node and a provisioned
-    one join Ray alike."""
+    one join Ray alike (``instance_id`` and ``provider``: the labels binding it to a provision;
+    ``labels``: more labels, as a provider's tags). ``ValueError`` naming a bad one."""
     from dataclasses import replace
 
+    from fabric.core.capabilities import label_value
     from fabric.providers.local import node_args, ray_start_args
 
-    node = node_args(caps, pool=pool, pool_tier=pool_tier, zone=zone, cloud=cloud)
+    for flag, value in (("--instance", instance_id), ("--provider", provider)):
+        if value is not None and (not value or label_value(value) != value):
+            raise ValueError(f"{flag} {value!r} is not a valid label value (up to 63 of [A-Za-z0-9_.-], alphanumeric at both ends)")
+    node = node_args(caps, pool=pool, pool_tier=pool_tier, zone=zone, cloud=cloud, instance_id=instance_id, provider=provider,
+                     tags=labels or {})
     if profile:
         node = replace(node, labels={**node.labels, PROFILE_LABEL: profile})
     argv = ray_start_args(node, ray=ray, address=address, head_port=head_port, node_ip_address=node_ip_address, extra=extra)
@@ -252,7 +273,9 @@ def run_start(args: argparse.Namespace) -> int:
         argv, env = build_ray_start(caps, ray=ray, address=address, head_port=getattr(args, "port", None), profile=args.profile,
                                     recording=args.recording, pool=args.pool, pool_tier=args.pool_tier, zone=args.zone,
                                     cloud=getattr(args, "cloud", None),
-                                    node_ip_address=None if in_extra else ip, extra=extra)
+                                    node_ip_address=None if in_extra else ip, extra=extra,
+                                    instance_id=getattr(args, "instance", None), provider=getattr(args, "provider", None),
+                                    labels=_labels(getattr(args, "label", [])))
     except ValueError as exc:
         return _refuse(command, str(exc))
     ft: FaultTolerance | None = None
@@ -349,6 +372,17 @@ def run_start(args: argparse.Namespace) -> int:
     if ready is not None:
         return _wait_ready(ready, caps.name, ip, None if before is None else {n.node_id for n in before}, args.ready_timeout)
     return 0
+
+
+def _labels(given: Sequence[str]) -> dict[str, str]:
+    """``--label KEY=VALUE`` flags as a mapping; ``ValueError`` naming one without ``=``."""
+    out: dict[str, str] = {}
+    for item in given:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label {item!r} is not KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def _told(outcome: Outcome) -> bool:

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from fabric.core.errors import SettingsError, SettingsProblem
 from fabric.core.settings_file import (  # noqa: F401 - the file edge, re-exported where it always was
     MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, clip, decode_settings, parse_yaml, read_settings_file,
 )
 from fabric.core.settings_api import ApiSettings
+from fabric.core.settings_command import CommandScripts
 from fabric.core.settings_fence import FenceSettings
 from fabric.core.settings_moves import DrainSettings, MigrationSettings, RebalanceSettings
 from fabric.core.settings_rejections import RejectionSettings
@@ -30,6 +31,10 @@ from fabric.core.settings_scaling import ScalingSettings
 from fabric.core.settings_routes import HostName, RouteSettings
 from fabric.core.settings_spot import SpotNoticeSettings
 from fabric.core.settings_store import StoreSettings
+from fabric.core.settings_templates import (  # noqa: F401 - re-exported where they were
+    ARTIFACT_SCHEMES as ARTIFACT_SCHEMES, TemplateSettings as TemplateSettings, _artifact_uri,
+    template_artifacts as template_artifacts,
+)
 from fabric.core.settings_types import NonNegFloat, PositiveSeconds, SettingsModel  # noqa: F401 - re-exported where they were
 from fabric.core.tiers import ComputeTier
 
@@ -91,9 +96,10 @@ class PoolTier(SettingsModel):
 
     name: str = Field(min_length=1)
     """Unique within its pool."""
-    provider: Literal["static", "local", "ray-autoscaler"] = "static"
+    provider: Literal["static", "local", "ray-autoscaler", "command"] = "static"
     """Who creates nodes: ``static`` (none: nodes join by hand), ``local`` (real ``ray start`` on this
-    machine), ``ray-autoscaler`` (``request_resources`` on a real cluster)."""
+    machine), ``ray-autoscaler`` (``request_resources`` on a real cluster), ``command`` (the
+    operator's scripts in ``command``)."""
     packing: Literal["binpack", "spread"] = "spread"
     """``spread`` prefers the emptiest node (lowest utilisation); ``binpack`` the fullest."""
     scale_out: Literal["fixed", "elastic"] = "fixed"
@@ -114,6 +120,8 @@ class PoolTier(SettingsModel):
     """How long before a job's ``start_at`` its placement begins (time for a node to be provisioned);
     0: at ``start_at``. Defaults to 300 s for a pool tier whose machines are rented (``ray-autoscaler``,
     ``command``), 0 for the fleet's own (``static``, ``local``)."""
+    command: CommandScripts | None = None
+    """``provider: command`` only: the provision, terminate and list executables and how they run."""
 
     @property
     def effective_reliability(self) -> str:
@@ -248,38 +256,6 @@ class HotSpareSettings(SettingsModel):
     """With ``reserved_for``: nobody else may take them (unless ``override_reservation``)."""
     provision_backoff_s: NonNegFloat = 60.0
     """Wait after a failed spare provision before the next attempt."""
-
-
-ARTIFACT_SCHEMES = ("file", "http", "https")
-"""The URI schemes a template artifact may use (``file:///abs/path``, ``http(s)://host/path``)."""
-
-
-def _artifact_uri(v: str) -> str:
-    scheme, sep, rest = v.partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in ARTIFACT_SCHEMES:
-        raise ValueError(f"an artifact is a file://, http:// or https:// URI, got {clip(v, 120)!r}")
-    host, _, path = rest.partition("/")
-    if (scheme == "file") == bool(host) or path.rsplit("/", 1)[-1] in ("", ".", ".."):
-        form = "file:///abs/dir/name" if scheme == "file" else f"{scheme}://host/dir/name"
-        raise ValueError(f"an artifact URI is {form} (ending in a file name), got {clip(v, 120)!r}")
-    return v
-
-
-class TemplateSettings(SettingsModel):
-    """A job template's artifacts: what warmth counts and spares fetch."""
-
-    artifacts: tuple[Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_artifact_uri)], ...] = ()
-    """Files by URI (``file://``, ``http://``, ``https://``) a node holds in its artifact cache when warm."""
-
-
-def template_artifacts(settings: "FabricSettings", template: str | None) -> tuple[str, ...]:
-    """What warmth is counted against for ``template``: its artifacts, or ``(template,)`` when the
-    settings list none for it (as the spare reconcile's ``warm_units``); ``()`` for no template."""
-    if not template:
-        return ()
-    entry = settings.templates.get(template)
-    return entry.artifacts if entry is not None and entry.artifacts else (template,)
 
 
 class NodeOverride(SettingsModel):
@@ -522,7 +498,11 @@ def _pool_tier_problems(i: int, pool_name: str | None, tiers: list[tuple[int, Po
             if not pt.candidate_shapes:
                 out.append(SettingsProblem("elastic_without_shapes", f"{path}.candidate_shapes", "an elastic pool tier needs at least one candidate shape"))
             if pt.provider == "static":
-                out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local' or 'ray-autoscaler'"))
+                out.append(SettingsProblem("elastic_without_provider", f"{path}.provider", "an elastic pool tier needs a provider: 'local', 'ray-autoscaler' or 'command'"))
+        if (pt.provider == "command") != (pt.command is not None):
+            out.append(SettingsProblem("command_without_scripts" if pt.command is None else "scripts_without_command", f"{path}.command",
+                                       "a 'command' pool tier needs a command block (provision, terminate, list)" if pt.command is None
+                                       else f"a command block is read only by provider 'command', not {pt.provider!r}"))
         if pt.max_nodes is not None and pt.min_nodes > pt.max_nodes:
             out.append(SettingsProblem("min_above_max", f"{path}.min_nodes", f"min_nodes ({pt.min_nodes}) is above max_nodes ({pt.max_nodes})"))
         if pt.launch_mode == "spot" and pt.reliability == "durable":

@@ -7,9 +7,11 @@ with the labels the node joins Ray with (pool, pool tier, instance id, spare tag
 node registers with the fabric it is *prospective*; matching the two is the scheduler's work
 (by the instance-id label), not the provider's. A provider terminates only instances it made.
 
-The providers themselves are ``local`` (``fabric.providers.local``) and ``ray-autoscaler``
+The providers themselves are ``local`` (``fabric.providers.local``), ``ray-autoscaler``
 (``fabric.providers.autoscaler``: Ray's autoscaler launches the nodes; its nodes cannot carry
-an instance-id label, so its ``claim(node_id, labels)`` does that matching instead); they import
+an instance-id label, so its ``claim(node_id, labels)`` does that matching instead) and ``command``
+(``fabric.providers.command``: the operator's own scripts; their machines run ``fabric join
+--instance ID``); they import
 this module, and this module imports none of them: ``fabric.providers.factory.providers_for``
 builds them from the settings.
 """
@@ -27,7 +29,7 @@ from fabric.core.settings import NodeShape
 
 __all__ = ["NodeProvider", "ProvisionedNode", "ProviderError", "PROVIDER_NAMES", "NO_TAGS"]
 
-PROVIDER_NAMES = ("local", "ray-autoscaler")
+PROVIDER_NAMES = ("local", "ray-autoscaler", "command")
 """Provider names a pool tier may give (``PoolTier.provider``, ``static`` aside: it provisions nothing)."""
 
 NO_TAGS: Mapping[str, str] = MappingProxyType({})

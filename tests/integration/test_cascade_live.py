@@ -6,6 +6,11 @@ once the pool is idle for the scaling window, the provisioned nodes are scaled d
 is the fixed pool tier again. A job whose instance died recovers away from its node onto one the
 cascade provisions for it: once that node registers, the job's restart history is cleared.
 
+A second pool ``ci`` has one pool tier whose provider is ``command``: its script starts a real local
+node that runs the ``fabric join --instance ID`` line the provision handed it; a call for that pool
+gets the node, matched to its provision by the instance id, and idle, the node is terminated
+through the script.
+
 The head listens on 127.0.0.2 (the local provider's children join a loopback head: see
 ``LocalFabric``). Five raylets at most: head, one fixed node, three provisioned. Calls hold their
 slots until the test opens a gate file, so the burst's shape does not depend on timing.
@@ -14,10 +19,12 @@ slots until the test opens a gate file, so the burst's shape does not depend on 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +32,7 @@ ray = pytest.importorskip("ray")
 
 from fabric import adaptive  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.netns_net import pid_alive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -48,9 +56,40 @@ SETTINGS = {
 }
 
 
+MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "command_provider" / "machines.py"
+
+
+def command_pool(folder: Path) -> dict:
+    """A pool ``ci`` whose one pool tier's machines come from a ``command`` provider's script
+    (``tests/fixtures/command_provider/machines.py``: its machines are local nodes that run the
+    ``fabric join`` line they are handed), its state in ``folder``."""
+    wrapper = folder / "machines"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {MACHINES} \"$@\"\n")
+    wrapper.chmod(0o755)
+    (folder / "token").write_text("not-a-real-token\n")
+    return {"name": "ci", "tiers": [
+        {"name": "runners", "scale_out": "elastic", "provider": "command", "max_nodes": 1, "provision_timeout_s": 120,
+         "candidate_shapes": [{**SHAPE, "name": "ci-box"}],
+         "command": {"provision": str(wrapper), "terminate": str(wrapper), "list": str(wrapper), "timeout_s": 60,
+                     "env": {"MACHINES_DIR": str(folder), "MACHINES_NODE_IP": IP},
+                     "secret_files": {"MACHINES_TOKEN": str(folder / "token")}}}]}
+
+
 @pytest.fixture(scope="module")
-def lf(tmp_path_factory):
-    with LocalFabric(["cpu-only-box"], settings=SETTINGS, max_slots=2, timeout_s=90, node_ip_address=IP) as fabric_:
+def machines(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("machines")
+    yield folder
+    for record in folder.glob("*.json"):  # a node a failed test left: its session, by the pid the script recorded
+        try:
+            os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def lf(machines):
+    settings = {**SETTINGS, "pools": [*SETTINGS["pools"], command_pool(machines)]}
+    with LocalFabric(["cpu-only-box"], settings=settings, max_slots=2, timeout_s=90, node_ip_address=IP) as fabric_:
         yield fabric_
 
 
@@ -127,3 +166,33 @@ def test_a_node_provisioned_for_a_recovering_job_clears_its_restart_history(lf):
     assert status.node_id == cleared[0]["node_id"] and status.restarts_last_hour == 0
     assert "recovering" in [s for _, s, _ in status.history]
     job.stop()
+
+
+def node_here() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def test_a_command_pool_tier_provisions_through_its_script_and_the_machine_joins_with_its_instance_id(lf, machines):
+    h = lf.handle
+    call = adaptive.remote(min_tier="cpu_ffmpeg", fallback=False, num_cpus=1, pool="ci")(node_here)
+    ran = ray.get(call.remote(), timeout=180)
+    rec = next(n for n in h.nodes() if n.node_id == ran)
+    assert (rec.pool, rec.pool_tier, rec.provider) == ("ci", "runners", "command") and rec.instance_id.startswith("cmd-")
+    calls = [json.loads(line) for line in (machines / "calls.jsonl").read_text().splitlines()]
+    actions = [c["action"] for c in calls]
+    assert actions[0] == "list" and actions.count("provision") == 1  # the scheduler's start asked list first
+    join = next(c for c in calls if c["action"] == "provision")["join"]["argv"]
+    assert join[join.index("--instance") + 1] == rec.instance_id and join[join.index("--address") + 1] == lf.address
+    assert "not-a-real-token" not in json.dumps(calls)  # the secret reached the script by its environment only
+    view = h.provisions()
+    assert [(i["provider"], i["instance_id"]) for i in view["instances"] if i["pool"] == "ci"] == [("command", rec.instance_id)]
+    assert view["serving_s"].get(rec.instance_id, 0) > 0
+    pid = json.loads((machines / f"{rec.instance_id}.json").read_text())["pid"]
+    # idle for the scaling window: the scheduler terminates it through the script, which stops the node
+    lf.wait_until(lambda: not (machines / f"{rec.instance_id}.json").exists(), "the idle command node terminated", timeout_s=120)
+    assert [c["action"] for c in map(json.loads, (machines / "calls.jsonl").read_text().splitlines())][-1] == "terminate"
+    lf.wait_until(lambda: not pid_alive(pid), "its node's process gone", timeout_s=60)
+    lf.wait_until(lambda: not any(i["provider"] == "command" for i in h.provisions()["instances"]),
+                  "the instance no longer listed once its terminate script answered", timeout_s=30)
+    downs = [e["data"] for e in h.job_events(kinds=["scale_down"]) if e["data"].get("pool_tier") == "runners"]
+    assert len(downs) == 1

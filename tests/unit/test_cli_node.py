@@ -154,3 +154,48 @@ def test_status_wide_and_json_show_the_address_ray_knows_each_node_by():
     wide = format_status_table(rows, time.time(), None, address=True).splitlines()
     assert wide[0].split()[-1] == "ADDRESS" and wide[1].split()[-1] == "198.51.100.2"
     assert "ADDRESS" not in format_status_table(rows, time.time(), None)
+
+
+def _labels_of(out: str) -> dict[str, str]:
+    line = [ln for ln in out.splitlines() if ln.startswith("would run: ")][0]
+    labels = next(a for a in line.split() if a.startswith("--labels="))[len("--labels="):]
+    return dict(kv.split("=", 1) for kv in labels.split(","))
+
+
+def test_join_instance_binds_the_node_to_its_provision_from_the_flags_or_the_environment(capsys, monkeypatch):
+    code, out, err = run(capsys, "join", "--address", "h:1", "--profile", "cpu-only-box", "--instance", "cmd-0a1b",
+                         "--provider", "command", "--label", "fabric.io/shape=ci-small", "--label", "team=video", "--dry-run")
+    assert code == 0, err
+    labels = _labels_of(out)
+    assert labels["fabric.io/instance"] == "cmd-0a1b" and labels["fabric.io/provider"] == "command"
+    assert labels["fabric.io/shape"] == "ci-small" and labels["fabric.io/team"] == "video"
+    monkeypatch.setenv("FABRIC_INSTANCE_ID", "cmd-env")
+    monkeypatch.setenv("FABRIC_PROVIDER", "command")
+    code, out, err = run(capsys, "join", "--address", "h:1", "--profile", "cpu-only-box", "--dry-run")
+    assert code == 0, err
+    assert _labels_of(out)["fabric.io/instance"] == "cmd-env" and _labels_of(out)["fabric.io/provider"] == "command"
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--instance", "a/b"], "--instance 'a/b' is not a valid label value"),
+    (["--label", "novalue"], "--label 'novalue' is not KEY=VALUE"),
+    (["--label", "fabric.io/name=x"], "fabric.io/name"),
+])
+def test_join_refuses_a_bad_instance_or_label_naming_the_flag(capsys, flags, said):
+    code, out, err = run(capsys, "join", "--address", "h:1", "--profile", "cpu-only-box", *flags, "--dry-run")
+    assert code == 2 and said in err and "would run" not in out
+
+
+def test_the_command_providers_join_line_labels_the_node_as_the_provider_expects(capsys):
+    """The join line a provision hands its script, run as given, labels the node with every label the
+    provider recorded: the scheduler matches the two by them."""
+    from fabric.core.settings import NodeShape
+    from fabric.providers.command import join_argv
+
+    labels = {"fabric.io/pool": "ci", "fabric.io/pool-tier": "runners", "fabric.io/instance": "cmd-0a1b",
+              "fabric.io/provider": "command", "fabric.io/spare": "true", "fabric.io/shape": NodeShape(name="ci-small").name,
+              "fabric.io/zone": "eu-1", "fabric.io/team": "video"}
+    argv = join_argv("h:1", "cmd-0a1b", labels)
+    code, out, err = run(capsys, *argv[1:], "--profile", "cpu-only-box", "--dry-run")
+    assert code == 0, err
+    assert labels.items() <= _labels_of(out).items()

@@ -68,12 +68,15 @@ def _commented_blocks(text: str) -> dict[str, object]:
 
 
 def test_the_commented_out_examples_are_valid_entries():
-    """Uncommented, each example block (a pool tier's shape, a hot spare, a template, a route, a node
-    override) is a valid entry where it stands."""
+    """Uncommented, each example block (a pool tier's shape and command block, a hot spare, a template,
+    a route, a node override) is a valid entry where it stands."""
     blocks = _commented_blocks(SHIPPED.read_text(encoding="utf-8"))
-    assert set(blocks) == {"candidate_shapes", "hot_spares", "templates", "routes", "nodes"}
+    assert set(blocks) == {"candidate_shapes", "command", "hot_spares", "templates", "routes", "nodes"}
     shapes = blocks.pop("candidate_shapes")
     tier = {"name": "burst", "provider": "local", "scale_out": "elastic", "candidate_shapes": shapes}
+    command = {"name": "scripts", "provider": "command", "scale_out": "elastic", "candidate_shapes": shapes,
+               "command": blocks.pop("command")}
+    assert FabricSettings.load({"pools": [{"name": "default", "tiers": [command]}]}).pools[0].tiers[0].command is not None
     settings = FabricSettings.load({"pools": [{"name": "default", "tiers": [tier]}], **blocks})
     assert settings.pools[0].tiers[0].candidate_shapes[0].name == shapes[0]["name"]
     assert list(settings.routes) == list(blocks["routes"])
