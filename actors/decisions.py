@@ -3,7 +3,9 @@
 The core's ``DecisionTap`` captures the decisions due (``fabric.core.decisions``); after each stimulus
 the scheduler hands them here (``collect``). A job's placement is kept under the number of the
 ``placement_decision`` event its runner writes (``job_placed``); every other decision is written as a
-``placement_recorded`` event and kept under its number. ``explain`` answers ``fabric explain --event
+``placement_recorded`` event and kept under its number. The book is written to the jobs store as it
+changes and read back when the scheduler starts again, so a restart (or a ``fabric down`` and ``up``
+with other settings) keeps the record. ``explain`` answers ``fabric explain --event
 SEQ``: why, from what was recorded, and with ``replay`` whether the engine decides the same today.
 """
 
@@ -26,13 +28,22 @@ Emit = Callable[[str, dict, "str | None"], "dict[str, Any] | None"]
 class DecisionRecorder:
     """Captured decisions into the event log and the ``DecisionBook`` (see the module docstring)."""
 
-    def __init__(self, tap: DecisionTap, settings: FabricSettings, emit: Emit, clock: Callable[[], float]) -> None:
+    def __init__(self, tap: DecisionTap, settings: FabricSettings, emit: Emit, clock: Callable[[], float],
+                 store: Any = None) -> None:
         self.tap = tap
+        self.store = store
+        """The jobs store (``JobStore``: ``decisions``, ``write_decisions``), or None: kept in memory only."""
         self.settings = settings
         self.book = DecisionBook(settings.decisions.max_records, settings.decisions.max_bytes)
         self.emit = emit
         self.clock = clock
         self.pending: OrderedDict[str, Capture] = OrderedDict()
+        if store is not None:
+            try:
+                self.book.load(*store.decisions())
+                self._write()  # what the bounds or a missing part dropped on the way in
+            except Exception as exc:  # an unreadable record is a note; placing goes on
+                print(f"[fabric.scheduler] decisions on the record not read back: {type(exc).__name__}: {exc}")
 
     def collect(self) -> None:
         """Write and keep what the tap captured since the last call."""
@@ -53,6 +64,7 @@ class DecisionRecorder:
                 "summary": d.summary()}, c.stimulus_id)
             if event is not None:
                 self._keep(event["seq"], c, job_id)
+        self._write()
 
     def job_placed(self, job_id: str, seq: int) -> None:
         """The ``placement_decision`` event numbered ``seq`` placed ``job_id``: keep its decision under it."""
@@ -60,6 +72,17 @@ class DecisionRecorder:
         c = self.pending.pop(job_id, None)
         if c is not None:
             self._keep(seq, c, job_id)
+            self._write()
+
+    def _write(self) -> None:
+        """What the book kept and forgot since the last write, into the store."""
+        if self.store is None:
+            return
+        rows, parts = self.book.take_writes()
+        try:
+            self.store.write_decisions(rows, parts)
+        except Exception as exc:
+            print(f"[fabric.scheduler] decisions on the record not written: {type(exc).__name__}: {exc}")
 
     def _keep(self, seq: int, c: Capture, job_id: str | None) -> None:
         try:

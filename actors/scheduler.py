@@ -85,7 +85,8 @@ class Scheduler:
         self.spare_tags: dict[str, dict[str, Any]] = {}
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
         self.strikes = NodeStrikes(self)  # nodes that keep failing to start jobs: unhealthy for a while
-        self.decisions = DecisionRecorder(self.core.decision_tap, self.settings, self._log_event, time.time)
+        self.decisions = DecisionRecorder(self.core.decision_tap, self.settings, self._log_event, time.time,
+                                          getattr(self.jobs, "store", None))
         """Placement decisions on the record (``explain_event``)."""
         self.tick_times = TickTimes()
         """The loop's latest ticks, timed (``loop_stats``)."""

@@ -191,3 +191,46 @@ def test_the_scheduler_keeps_a_jobs_decision_under_its_placement_event_and_tasks
         assert sched.decision_recording(False) is False and sched.decision_recording() is False
 
     asyncio.run(go())
+
+
+# -- through the store ---------------------------------------------------------------------------------------
+def test_the_record_round_trips_the_jobs_store_and_forgetting_removes_what_nothing_uses(tmp_path):
+    store = JobStore(tmp_path / "jobs.db")
+    c = core({"decisions": {"sample_one_in": 1}})
+    book = DecisionBook(max_records=2)
+    for seq in (1, 2, 3):
+        c.place(APU_DOWN_TO_CPU)
+        kept(c, book, seq)
+        store.write_decisions(*book.take_writes())
+    rows, parts = store.decisions()
+    assert [seq for seq, _ in rows] == [2, 3]  # the first was forgotten, in the store too
+    again = DecisionBook()
+    assert again.load(rows, parts) == 2 and again.get(1) is None
+    assert explain_recorded(again.get(3)) == explain_recorded(book.get(3)) and replay(again.get(3))["same"]
+    assert again.take_writes() == ([], [])  # nothing to write: all of it came from the store
+    assert again.bytes == book.bytes
+    del parts[next(k for k in parts if k.startswith("settings:"))]  # a part lost: its rows are dropped, not half-read
+    broken = DecisionBook()
+    assert broken.load(rows, parts) == 0 and broken.bytes == 0
+    dropped_rows, dropped_parts = broken.take_writes()
+    assert dropped_rows == [(2, None), (3, None)] and all(b is None for _, b in dropped_parts) and dropped_parts
+
+
+def test_a_restarted_scheduler_reads_its_decisions_back(tmp_path):
+    clock = Clock()
+
+    def start():
+        feed = FakeFeed([FleetChange("joined", n, rec(n, t)) for n, t in (("cuda", "gpu_cuda"), ("apu", "gpu_apu"))])
+        return Scheduler({"decisions": {"sample_one_in": 1}}, feed=feed, metrics=RecordingMetrics(), clock=clock,
+                         run_loop=False, jobs=lambda s: JobRunner(s, JobStore(tmp_path / "jobs.db"), FakeLauncher(), clock=clock))
+
+    async def go():
+        first = start()
+        await first._sync()
+        await first.place_task(Requirement(min_tier="gpu_apu", num_cpus=1))
+        (task,) = [e for e in first.events() if e["kind"] == "placement_recorded"]
+        before = first.explain_event(task["seq"])["text"]
+        second = start()
+        assert second.explain_event(task["seq"])["text"] == before
+
+    asyncio.run(go())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from fabric.core.decisions.rows import (
     capabilities_from_row, capabilities_row, context_from_row, context_row, digest, node_from_row, node_row, pack, requirement_from_row,
@@ -45,10 +45,13 @@ class RecordedDecision:
 
 
 class _Shared:
-    """Blobs kept once by key and counted by their users."""
+    """Blobs kept once by key and counted by their users; each one kept or forgotten is noted in
+    ``dirty`` under ``prefix`` + key (for the store)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str, dirty: dict) -> None:
         self.blobs: dict[str, list] = {}  # key -> [blob, users]
+        self.prefix = prefix
+        self.dirty = dirty
 
     def add(self, key: str, make: Any) -> int:
         """One more user of ``key`` (its blob made by ``make()`` if new); bytes added."""
@@ -58,6 +61,7 @@ class _Shared:
             return 0
         blob = make()
         self.blobs[key] = [blob, 1]
+        self.dirty[self.prefix + key] = blob
         return len(blob) + ENTRY_OVERHEAD
 
     def drop(self, key: str) -> int:
@@ -69,6 +73,7 @@ class _Shared:
         if entry[1] > 0:
             return 0
         del self.blobs[key]
+        self.dirty[self.prefix + key] = None
         return len(entry[0]) + ENTRY_OVERHEAD
 
     def get(self, key: str) -> bytes:
@@ -85,12 +90,15 @@ class DecisionBook:
         self.forgotten = 0
         """Decisions dropped to stay inside the bounds."""
         self._rows: OrderedDict[int, tuple[bytes, str, str]] = OrderedDict()  # seq -> (row blob, slice, settings)
-        self._slices = _Shared()  # fleet version -> packed [[node id, node digest], ...] + held pool tiers
-        self._nodes = _Shared()  # node digest -> packed [node row, capabilities digest]
-        self._caps = _Shared()  # capabilities digest -> packed capabilities
+        self._dirty: dict[str, bytes | None] = {}
+        """Parts kept (their blob) or forgotten (None) since the store last took them (``take_writes``)."""
+        self._dirty_rows: dict[int, bytes | None] = {}
+        self._slices = _Shared("fleet:", self._dirty)  # fleet version -> packed {"nodes": [[id, digest]...], "held"}
+        self._nodes = _Shared("node:", self._dirty)  # node digest -> packed [node row, capabilities digest]
+        self._caps = _Shared("caps:", self._dirty)  # capabilities digest -> packed capabilities
         self._caps_keys: dict[int, tuple[Any, str, bytes]] = {}
         """id(capabilities) -> (the object, digest, blob): records share their capabilities object."""
-        self._settings = _Shared()
+        self._settings = _Shared("settings:", self._dirty)
         self._node_keys: dict[tuple[str, int], tuple[str, bytes]] = {}
         """(node id, record generation) -> (digest, blob): a record is packed once while it is unchanged."""
         self._settings_key: tuple[FabricSettings, str, bytes] | None = None
@@ -124,20 +132,63 @@ class DecisionBook:
         blob = pack(row)
         if seq in self._rows:
             self._forget(seq)
-        added = len(blob) + ENTRY_OVERHEAD
-        if self._slices.add(version, lambda: pack({"nodes": node_keys, "held": sorted(map(list, c.fleet.provision_held))})):
-            blobs = {key: blob for key, blob in self._node_keys.values()}
-            for _, key in node_keys:
-                grown = self._nodes.add(key, lambda b=blobs[key]: b)
-                if grown:
-                    caps_key = unpack(blobs[key])[1]
-                    added += grown + self._caps.add(caps_key, lambda k=caps_key: self._caps_blobs[k])
-            added += len(self._slices.get(version)) + ENTRY_OVERHEAD
-        added += self._settings.add(settings_key, lambda: settings_blob)
-        self._rows[seq] = (blob, version, settings_key)
-        self.bytes += added
+        blobs = {key: node_blob for key, node_blob in self._node_keys.values()}
+        self._add(seq, blob, version, settings_key,
+                  lambda: pack({"nodes": node_keys, "held": sorted(map(list, c.fleet.provision_held))}),
+                  blobs.__getitem__, self._caps_blobs.__getitem__, lambda: settings_blob)
         self._bound(keep=seq)
         return {"fleet_version": version, "nodes": len(node_keys), "record_bytes": len(blob)}
+
+    def _add(self, seq: int, blob: bytes, version: str, settings_key: str, slice_blob: Callable[[], bytes],
+             node_blob: Callable[[str], bytes], caps_blob: Callable[[str], bytes], settings_blob: Callable[[], bytes]) -> None:
+        """File a decision's row and take a share of its fleet slice (its node records and their
+        capabilities with it, when the slice is new) and of its settings."""
+        added = len(blob) + ENTRY_OVERHEAD
+        if self._slices.add(version, slice_blob):
+            for _, key in unpack(self._slices.get(version))["nodes"]:
+                grown = self._nodes.add(key, lambda k=key: node_blob(k))
+                if grown:
+                    caps_key = unpack(self._nodes.get(key))[1]
+                    added += grown + self._caps.add(caps_key, lambda k=caps_key: caps_blob(k))
+            added += len(self._slices.get(version)) + ENTRY_OVERHEAD
+        added += self._settings.add(settings_key, settings_blob)
+        self._rows[seq] = (blob, version, settings_key)
+        self._dirty_rows[seq] = blob
+        self.bytes += added
+
+    # -- the store --------------------------------------------------------------------------------------
+    def take_writes(self) -> tuple[list[tuple[int, bytes | None]], list[tuple[str, bytes | None]]]:
+        """What to write to the store since the last take: decision rows and parts, each its blob
+        (kept) or None (forgotten)."""
+        rows, parts = sorted(self._dirty_rows.items()), sorted(self._dirty.items())
+        self._dirty_rows.clear()
+        self._dirty.clear()
+        return rows, parts
+
+    def load(self, rows: list[tuple[int, bytes]], parts: dict[str, bytes]) -> int:
+        """The store's decisions read back (after a restart); a row whose parts are missing is
+        dropped, and so is a part no row uses. How many decisions were read back."""
+        for seq, blob in sorted(rows):
+            try:
+                row = unpack(blob)
+                version, settings_key = row["fleet"], row["settings"]
+                _ = parts["settings:" + settings_key]
+                if version not in self._slices.blobs:  # every part it needs is there before it takes a share
+                    for _, key in unpack(parts["fleet:" + version])["nodes"]:
+                        _ = parts["caps:" + unpack(parts["node:" + key])[1]]
+                self._add(seq, blob, version, settings_key, lambda: parts["fleet:" + version],
+                          lambda k: parts["node:" + k], lambda k: parts["caps:" + k], lambda: parts["settings:" + settings_key])
+            except Exception:  # unreadable, or a part is missing: what it took a share of goes back
+                if seq in self._rows:
+                    self._forget(seq)
+                self._dirty_rows[seq] = None
+        live = {p + k for shared in (self._slices, self._nodes, self._caps, self._settings) for p in (shared.prefix,)
+                for k in shared.blobs}
+        self._dirty_rows = {seq: None for seq, blob in self._dirty_rows.items() if blob is None}
+        self._dirty.clear()
+        self._dirty.update({key: None for key in parts if key not in live})
+        self._bound(keep=-1)
+        return len(self._rows)
 
     def _slice(self, c: Capture) -> tuple[str, list[list[str]]]:
         recs = c.fleet.records()
@@ -181,6 +232,7 @@ class DecisionBook:
 
     def _forget(self, seq: int) -> None:
         blob, version, settings_key = self._rows.pop(seq)
+        self._dirty_rows[seq] = None
         freed = len(blob) + ENTRY_OVERHEAD
         slice_blob = self._slices.blobs.get(version, [b""])[0]
         dropped = self._slices.drop(version)

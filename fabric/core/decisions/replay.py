@@ -78,7 +78,7 @@ def replay(rd: RecordedDecision, settings: FabricSettings | None = None,
 
 def settings_differences(old: FabricSettings, new: FabricSettings, limit: int = SETTINGS_SHOWN) -> list[str]:
     """``settings PATH: OLD -> NEW`` for each setting that differs (at most ``limit`` lines)."""
-    out: list[str] = []
+    out: list[tuple[str, Any, Any]] = []
     _diff(settings_row(old), settings_row(new), "", out)
     shown = [f"settings {path}: {_short(a)} -> {_short(b)}" for path, a, b in out[:limit]]
     if len(out) > limit:

@@ -11,6 +11,7 @@ not the ``Decision`` itself, so that ``decision`` may call it without an import 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from fabric.core.placement.context import PlacementContext
 from fabric.core.placement.keys import KEY_COMPONENTS
@@ -41,7 +42,8 @@ def summarize_trace(trace: PlacementTrace, top: int = 5) -> dict:
     decision keeps this, so its report reads as it did when it was made."""
     steps = []
     for step in trace.steps:
-        row = {"kind": step.kind, "level": step.level.value, "pool": step.pool, "pool_tier": step.pool_tier, "note": step.note}
+        row: dict[str, Any] = {"kind": step.kind, "level": step.level.value, "pool": step.pool, "pool_tier": step.pool_tier,
+                               "note": step.note}
         if step.kind == "existing":
             counts = Counter(step.verdicts.values())
             row["fit"] = len(step.survivors)
