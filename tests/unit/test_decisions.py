@@ -7,6 +7,7 @@ inputs decide the same, an edited slice or changed settings decide differently a
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -66,6 +67,21 @@ def test_nothing_is_captured_when_recording_is_off_and_lease_grants_carry_their_
     (cap,) = c.decision_tap.take()
     assert cap.subject == "lease" and cap.decision.node_id == grant.slots[0].node_id
     assert cap.grant["lease_id"] == "L1" and sum(s["capacity"] for s in cap.grant["slots"]) == 3
+
+
+def test_a_queued_call_is_recorded_once_placed_and_a_grant_that_spills_is_no_refusal():
+    cpu = Requirement(min_tier="cpu_ffmpeg", num_cpus=1)
+    c = core({"decisions": {"sample_one_in": 1000}}, nodes=(("cpu", "cpu_ffmpeg"),))
+    c.place(cpu), c.place(cpu)  # its two slots taken
+    c.place(cpu, request_id="q1", queue=True)  # deferred and queued: it waits, nobody was refused
+    assert c.decision_tap.take() == []
+    c.place(cpu)  # deferred, and the caller told so: a refusal
+    assert [x.why for x in c.decision_tap.take()] == ["refused"]
+    tap, fleet = DecisionTap(sample_one_in=1000), c.fleet
+    for spill, recorded in (({"fabric.io/tier": "in(cpu_ffmpeg)"}, []), (None, ["refused"])):
+        tap.lease(fleet, "s")(place(fleet, cpu))  # the grant's first decision: nothing free
+        tap.granted(SimpleNamespace(lease_id="L1", slots=(), spill=spill))
+        assert [x.why for x in tap.take()] == recorded  # with a spill target Ray chooses: sampled, not refused
 
 
 def test_the_settings_section_is_checked_and_named():

@@ -72,7 +72,7 @@ def replay(rd: RecordedDecision, settings: FabricSettings | None = None,
         if records is not None:
             why.append("the fleet slice given differs from the one recorded")
         why.extend(_node_fate(then.get("node_id"), d.trace, now.get("node_id")))
-    return {"seq": rd.seq, "same": same, "settings": "now" if settings is not None else "recorded",
+    return {"seq": rd.seq, "same": same, "settings": "today's" if settings is not None else "recorded",
             "then": then, "now": now, "why": why, "text": d.explain()}
 
 

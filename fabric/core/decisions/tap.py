@@ -78,8 +78,17 @@ class DecisionTap:
         return first
 
     def granted(self, grant: Any) -> None:
-        """The lease grant (a ``LeaseGrant``) whose first decision was just captured, if it was."""
+        """The lease grant (a ``LeaseGrant``) whose first decision was just captured, if it was. A
+        grant is refused only when it has neither slots nor a spill target: one whose calls go to
+        Ray's choice among the floor set is sampled like the rest."""
         c, self._lease = self._lease, None
+        if c is not None and c.why == "refused" and (grant.slots or grant.spill):
+            c.why = "sampled"
+            self._seen += 1
+            if self._seen < self.sample_one_in:
+                self.captured.remove(c)
+                return
+            self._seen = 0
         if c is not None:
             c.grant = {"lease_id": grant.lease_id, "spill": grant.spill,
                        "slots": [{"node_id": s.node_id, "capacity": s.capacity} for s in grant.slots]}

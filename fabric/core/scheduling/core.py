@@ -278,7 +278,7 @@ class SchedulerCore:
             return refused
         out = self._end_leases(s.release, sid)
         self.counters["placements_attempted"] += 1
-        d = self.cascade.settle(self._decided(place(self.fleet, req, s.context), s.context, sid), req, s.context, sid, now, out)
+        d = self.cascade.settle(self._decided(place(self.fleet, req, s.context), s.context, sid, s.queue), req, s.context, sid, now, out)
         prospective = self.cascade.on_prospective(d)
         if d.status == "placed" and not prospective:
             self._commit(d)
@@ -508,7 +508,8 @@ class SchedulerCore:
         return grant
 
     def _decided(self, d: Decision, ctx: PlacementContext | None, sid: str, placed_only: bool = False) -> Decision:
-        """``d`` as the engine made it, shown first to the decision tap (which records it when due)."""
+        """``d`` as the engine made it, shown first to the decision tap (which records it when due);
+        ``placed_only``: a queued call's is recorded once it is placed, not each time it waits."""
         if self.decision_tap.enabled and (d.status == "placed" or not placed_only):
             self.decision_tap.decided("job" if ctx is not None and ctx.job_id else "task", d, self.fleet, sid)
         return d
