@@ -24,6 +24,7 @@ ray = pytest.importorskip("ray")
 import fabric  # noqa: E402
 from fabric import JobState, adaptive  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.local import with_fast_fence  # noqa: E402
 
 pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -140,7 +141,7 @@ def test_a_job_placement_on_the_record_is_explained_with_the_old_fleet_and_repla
         h.uncordon(node_id)
 
     fabric.down()  # and up again with a cap of one slot on that node: the decision would move
-    fabric.up({**SETTINGS, "nodes": {name: {"max_concurrent_tasks": 1}}}, timeout_s=90)
+    fabric.up(with_fast_fence({**SETTINGS, "nodes": {name: {"max_concurrent_tasks": 1}}}), timeout_s=90)
     assert main(["explain", "--event", str(seq), "--replay", "--wide"]) == 0
     assert "replay (recorded settings): decides the same" in capsys.readouterr().out
     assert main(["explain", "--event", str(seq), "--replay", "--settings-now", "--wide"]) == 0
