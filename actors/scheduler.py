@@ -288,11 +288,13 @@ class Scheduler:
         return self.core.fallback_count
 
     def metrics(self) -> dict[str, Any]:
-        """The counters and per-pool gauges, per-tier figures (``metrics_view``)."""
+        """The counters and per-pool gauges, per-tier figures (``metrics_view``); ``decisions``: the record's size."""
         from fabric.core.scheduling.metrics_view import scheduler_metrics
 
-        return scheduler_metrics(self.core, self.settings, self.jobs, tasks_dispatch_failed=self.tasks_dispatch_failed,
-                                 uptime_s=time.time() - self._started)
+        m = scheduler_metrics(self.core, self.settings, self.jobs, tasks_dispatch_failed=self.tasks_dispatch_failed,
+                              uptime_s=time.time() - self._started)
+        m["decisions"] = self.decisions.figures()  # the record: kept, bytes, fleet versions, forgotten
+        return m
 
     # -- moving work on purpose (actors.moves.MoveRequests: checked there, carried out by the runner) ----
     async def migrate_job(self, job_id: str, strategy: str | None = None, target_node: str | None = None,

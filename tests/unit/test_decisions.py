@@ -204,6 +204,7 @@ def test_the_scheduler_keeps_a_jobs_decision_under_its_placement_event_and_tasks
         with pytest.raises(MessageError) as info:
             sched.explain_event(placed["seq"] + 100)
         assert info.value.field == "event_seq"
+        assert sched.metrics()["decisions"]["decisions_kept"] == 2
         assert sched.decision_recording(False) is False and sched.decision_recording() is False
 
     asyncio.run(go())
