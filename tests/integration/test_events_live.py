@@ -134,7 +134,9 @@ def test_a_job_placement_on_the_record_is_explained_with_the_old_fleet_and_repla
         assert main(["explain", "--event", str(seq), "--wide"]) == 0
         text = capsys.readouterr().out
         assert f"event {seq}: job {event['data']['job_id']} decision recorded (job)" in text
-        assert f"placed on {node_id}" in text and "2 of 2 nodes fit" in text and "cordoned" not in text
+        assert f"placed on {node_id}" in text and "filter cordoned" not in text  # the fleet as it was
+        assert main(["explain", "--min-tier", "cpu_ffmpeg", "--wide"]) == 0
+        assert "filter cordoned        removed 1 node" in capsys.readouterr().out  # the fleet as it is
         assert main(["explain", "--event", str(seq), "--replay", "--wide"]) == 0
         assert "replay (recorded settings): decides the same" in capsys.readouterr().out
     finally:
