@@ -3,8 +3,8 @@
 The core's ``DecisionTap`` captures the decisions due (``fabric.core.decisions``); after each stimulus
 the scheduler hands them here (``collect``). A job's placement is kept under the number of the
 ``placement_decision`` event its runner writes (``job_placed``); every other decision is written as a
-``placement_recorded`` event and kept under its number. The book is written to the jobs store as it
-changes and read back when the scheduler starts again, so a restart (or a ``fabric down`` and ``up``
+``placement_recorded`` event and kept under its number. The book is written to the jobs store every
+scheduler tick (``flush``) and read back when the scheduler starts again, so a restart (or a ``fabric down`` and ``up``
 with other settings) keeps the record. ``explain`` answers ``fabric explain --event
 SEQ``: why, from what was recorded, and with ``replay`` whether the engine decides the same today.
 """
@@ -64,7 +64,6 @@ class DecisionRecorder:
                 "summary": d.summary()}, c.stimulus_id)
             if event is not None:
                 self._keep(event["seq"], c, job_id)
-        self._write()
 
     def job_placed(self, job_id: str, seq: int) -> None:
         """The ``placement_decision`` event numbered ``seq`` placed ``job_id``: keep its decision under it."""
@@ -72,10 +71,13 @@ class DecisionRecorder:
         c = self.pending.pop(job_id, None)
         if c is not None:
             self._keep(seq, c, job_id)
-            self._write()
+
+    def flush(self) -> None:
+        """What the book kept and forgot since the last flush, into the store (every scheduler tick:
+        off the placement path)."""
+        self._write()
 
     def _write(self) -> None:
-        """What the book kept and forgot since the last write, into the store."""
         if self.store is None:
             return
         rows, parts = self.book.take_writes()

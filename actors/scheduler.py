@@ -114,6 +114,7 @@ class Scheduler:
         self._sync_demand()
         if self.jobs is not None:
             self.jobs.tick()
+        self.decisions.flush()
         self._export_gauges()
 
     async def _sync(self) -> None:

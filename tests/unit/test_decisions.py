@@ -247,6 +247,7 @@ def test_a_restarted_scheduler_reads_its_decisions_back(tmp_path):
         await first.place_task(Requirement(min_tier="gpu_apu", num_cpus=1))
         (task,) = [e for e in first.events() if e["kind"] == "placement_recorded"]
         before = first.explain_event(task["seq"])["text"]
+        first.decisions.flush()  # every tick does it
         second = start()
         assert second.explain_event(task["seq"])["text"] == before
 
