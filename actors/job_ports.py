@@ -49,6 +49,9 @@ class TaskCorePort(Protocol):
         """An assignment (``NodeAssignment``) or None; what the placement opened (a provision, queued
         calls it placed) is carried out. Raises the task core's refusal."""
 
+    def decided(self, job_id: str, seq: int) -> None:
+        """The job's placement is event ``seq`` (``placement_decision``): its decision is kept under it."""
+
     def reserve(self, requirement: Requirement, ctx: PlacementContext) -> Any:
         """A pinned placement (``ctx.target_node``) whose instance already runs: the assignment, or None."""
 
@@ -106,6 +109,9 @@ class SchedulerTaskCore:
         s = PlaceRequested(requirement, ctx)
         out, _ = self._scheduler.handle_stimulus(s)
         return reply(out, s.stimulus_id)
+
+    def decided(self, job_id: str, seq: int) -> None:
+        self._scheduler.decisions.job_placed(job_id, seq)
 
     def reserve(self, requirement: Requirement, ctx: PlacementContext) -> Any:
         s = PlaceRequested(requirement, ctx)

@@ -348,9 +348,10 @@ class JobRunner:
             return getattr(a, "reason", "no capacity") or "no capacity"
         key = instance_key(rec.replica, uuid.uuid4().hex[:8])
         self.gpus[key] = a.ray_gpus
-        self.emit("placement_decision", {"job_id": rec.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
-                                         "node_id": a.node_id, "node": a.node_name, "tier": str(a.tier),
-                                         "fallback_levels": a.fallback_levels, "reason": a.reason, **event})
+        placed = self.emit("placement_decision", {"job_id": rec.job_id, "bundle_id": rec.bundle_id, "replica": rec.replica,
+                                                  "node_id": a.node_id, "node": a.node_name, "tier": str(a.tier),
+                                                  "fallback_levels": a.fallback_levels, "reason": a.reason, **event})
+        self.tasks.decided(rec.job_id, placed["seq"])  # what decided it, on the record under this event
         return a, key
 
     def reserve_on(self, job_id: str, node_id: str) -> int | None:
@@ -462,10 +463,10 @@ class JobRunner:
         self.instance_died(ins.job_id, ins.binding.instance_key, False, "stopped")
 
     # -- events -----------------------------------------------------------------------------------------
-    def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> None:
+    def emit(self, kind: str, data: dict, stimulus_id: str | None = None) -> dict[str, Any]:
         """Append one event to the fabric's log (``seq``, ``kind``, ``at``, ``stimulus_id``, ``data``):
-        ``stimulus_id`` names what caused it (a fresh one when not given)."""
-        self.event_log.emit(kind, data, stimulus_id)
+        ``stimulus_id`` names what caused it (a fresh one when not given). The event."""
+        return self.event_log.emit(kind, data, stimulus_id)
 
     def metrics(self) -> dict[str, Any]:
         """The job and bundle counters, and jobs per state."""

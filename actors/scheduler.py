@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import ray
 
+from actors.decisions import DecisionRecorder
 from actors.feed_stimuli import stimulus_for
 from actors.fleet_feed import FleetFeed
 from actors.job_ports import say_if_failed
@@ -84,6 +85,9 @@ class Scheduler:
         self.spare_tags: dict[str, dict[str, Any]] = {}
         """Node id -> spare tags the reconcilers wrote (the fabric's view; Ray labels cannot change)."""
         self.strikes = NodeStrikes(self)  # nodes that keep failing to start jobs: unhealthy for a while
+        self.decisions = DecisionRecorder(self.core.decision_tap, self.settings, self._log_event, time.time,
+                                          getattr(self.jobs, "store", None))
+        """Placement decisions on the record (``explain_event``)."""
         self.tick_times = TickTimes()
         """The loop's latest ticks, timed (``loop_stats``)."""
         self._loop_task = asyncio.get_event_loop().create_task(self._run()) if run_loop else None
@@ -110,6 +114,7 @@ class Scheduler:
         self._sync_demand()
         if self.jobs is not None:
             self.jobs.tick()
+        self.decisions.flush()
         self._export_gauges()
 
     async def _sync(self) -> None:
@@ -151,6 +156,7 @@ class Scheduler:
         """The core's answer to ``stimulus``, carried out (the job runner, drains, sagas and the
         provisioner hand their stimuli to the task core through this)."""
         out = self.core.handle(stimulus)
+        self.decisions.collect()
         return out, self._carry_out(out)
 
     _handle = handle_stimulus
@@ -270,16 +276,27 @@ class Scheduler:
         await self._until_ready()
         return self.core.explain(req, ctx, verbose=bool(verbose))
 
+    def explain_event(self, seq: int, replay: bool = False, settings_now: bool = False, verbose: bool = False) -> dict:
+        """Why the decision on the record under event ``seq`` was made; with ``replay`` (or ``settings_now``:
+        with today's settings) whether the engine decides the same on its recorded inputs (``DecisionRecorder``)."""
+        return self.decisions.explain(msg.read_count("event_seq", seq, msg.MAX_SEQ), bool(replay), bool(settings_now), bool(verbose))
+
+    def decision_recording(self, enabled: bool | None = None) -> bool:
+        """Turn decision recording on or off (None: leave it); whether it is on."""
+        return self.decisions.set_enabled(enabled)
+
     # -- operator surface ---------------------------------------------------------------------------------
     def fallback_count(self) -> int:
         return self.core.fallback_count
 
     def metrics(self) -> dict[str, Any]:
-        """The counters and per-pool gauges, per-tier figures (``metrics_view``)."""
+        """The counters and per-pool gauges, per-tier figures (``metrics_view``); ``decisions``: the record's size."""
         from fabric.core.scheduling.metrics_view import scheduler_metrics
 
-        return scheduler_metrics(self.core, self.settings, self.jobs, tasks_dispatch_failed=self.tasks_dispatch_failed,
-                                 uptime_s=time.time() - self._started)
+        m = scheduler_metrics(self.core, self.settings, self.jobs, tasks_dispatch_failed=self.tasks_dispatch_failed,
+                              uptime_s=time.time() - self._started)
+        m["decisions"] = self.decisions.figures()  # the record: kept, bytes, fleet versions, forgotten
+        return m
 
     # -- moving work on purpose (actors.moves.MoveRequests: checked there, carried out by the runner) ----
     async def migrate_job(self, job_id: str, strategy: str | None = None, target_node: str | None = None,
@@ -470,6 +487,9 @@ class Scheduler:
         self.record_event("spare_tagged", {"node_id": node_id, "spare": bool(spare), "reserved_for": list(reserved_for),
                                            "exclusive": bool(exclusive), "reason": str(reason)})
         return True
+
+    def _log_event(self, kind: str, data: dict, stimulus_id: str | None) -> dict | None:
+        return self.jobs.emit(kind, data, stimulus_id) if self.jobs is not None else None
 
     def record_event(self, kind: str, data: dict) -> None:
         """Add an event to the fabric's log (``h.job_events`` reads it)."""

@@ -27,6 +27,13 @@ Every task reports the tier of the node it ran on, so each kind's row says *wher
 the share of calls that ran at their ``min_tier`` or above (``at_min_tier_share``) and the count
 that ran below their floor (``below_floor``: must be 0 for the fabric).
 
+Decisions on the record (docs/explain.md) cost the dispatch path: after the kinds' rounds, the
+adaptive kind runs ``--recording-rounds`` more pairs of bursts of the biggest size, one with decision
+recording on (the default, with the default sampling) and one with it off (the scheduler's
+``decision_recording``), the order turning every round; ``recording_ratio_median`` is the median over
+those pairs of on/off (``recording_paired_ratios`` each, ``decisions_recorded`` how many the on bursts
+wrote).
+
 Bursts of 1,000 and 10,000 (submit all, then ``ray.get``), and single-call latency (submit one,
 wait for it) p50/p99. Prints a table; with ``--json`` a final JSON object with
 ``plain_tasks_per_s``, ``adaptive_tasks_per_s``, ``throughput_ratio`` (10,000-task bursts),
@@ -216,6 +223,40 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def compare_recording(lf, fn, size: int, rounds: int, quiet_pct: float) -> dict:
+    """``rounds`` pairs of ``size``-call bursts of ``fn``, decision recording on and off in turn (the
+    order turning every round); the rates, the on/off ratio within each pair and its median, and the
+    decisions the on bursts recorded. Recording is left on (the default) afterwards."""
+    import ray
+
+    from fabric.core import names
+
+    if rounds <= 0:
+        return {}
+    sched = ray.get_actor(names.SCHEDULER, namespace=names.NAMESPACE)
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    recorded = 0
+    try:
+        for r in range(rounds):
+            for on in ((True, False) if r % 2 == 0 else (False, True)):
+                ray.get(sched.decision_recording.remote(on))
+                settle(quiet_pct)
+                last = lf.handle.events(kinds=["placement_recorded"], limit=-1)
+                since = last[-1]["seq"] if last else 0
+                rate, _, _ = burst(fn, size)
+                rates[on].append(rate)
+                if on:
+                    recorded += len(lf.handle.events(since=since, kinds=["placement_recorded"], limit=100_000))
+                print(f"  recording round {r + 1}: {'on' if on else 'off':<3} {size:>6} tasks  {rate:8.0f}/s", file=sys.stderr)
+    finally:
+        ray.get(sched.decision_recording.remote(True))
+    paired = [a / b for a, b in zip(rates[True], rates[False])]
+    return {"recording_on_tasks_per_s": round(statistics.median(rates[True])),
+            "recording_off_tasks_per_s": round(statistics.median(rates[False])),
+            "recording_paired_ratios": [round(x, 4) for x in paired], "recording_ratio_median": round(statistics.median(paired), 4),
+            "recording_rounds": rounds, "decisions_recorded": recorded}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
@@ -225,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-pct", type=float, default=25.0,
                         help="before each burst, wait until the machine's CPU use is under this percent (default 25; 100: no wait)")
     parser.add_argument("--latency-calls", type=int, default=300, help="single calls for p50/p99 (default 300)")
+    parser.add_argument("--recording-rounds", type=int, default=5,
+                        help="paired bursts of the biggest size, decision recording on against off (default 5; 0: none)")
     parser.add_argument("--by-process", action="store_true",
                         help="also report CPU per task by process role (driver, raylet, GCS, workers, the fabric's actors)")
     args = parser.parse_args(argv)
@@ -288,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                     shown = "" if leases is None else f"  {leases:6.2f} lease requests/task"
                     print(f"  round {r + 1}: {kind:<17} {size:>6} tasks  {rate:8.0f}/s  {cpu_ms:5.2f} ms CPU/task{shown}"
                           f"  (settled {waited:.1f} s)", file=sys.stderr)
+        recording = compare_recording(lf, fabric_fn, max(sizes), args.recording_rounds, args.quiet_pct)
         lat = {"plain": [], "adaptive": []}
         for r in range(2):
             for kind, fn in in_turn(r, kinds[:2]):
@@ -355,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
             got = {kind: statistics.median(by_role.get((kind, role), [0.0])) for kind in names}
             print(f"{role:>44}" + "".join(f"  {v:>17.3f}" for v in got.values()) + f"  {got['adaptive'] - got['shaped']:>+15.3f}")
             result["by_process"][role] = {f"{kind}_cpu_ms_per_task": round(v, 3) for kind, v in got.items()}
+    if recording:
+        print(f"\ndecision recording, {max(sizes)}-task adaptive bursts: on {recording['recording_on_tasks_per_s']}/s, "
+              f"off {recording['recording_off_tasks_per_s']}/s, paired on/off median {recording['recording_ratio_median']:.3f} "
+              f"({min(recording['recording_paired_ratios']):.3f}-{max(recording['recording_paired_ratios']):.3f}), "
+              f"{recording['decisions_recorded']} decisions recorded")
+        result.update(recording)
     p50p, p50a = statistics.median(lat["plain"]), statistics.median(lat["adaptive"])
     p99p, p99a = pct(lat["plain"], 0.99), pct(lat["adaptive"], 0.99)
     print(f"\n{'single call':>12}  {'p50 ms':>7}  {'p99 ms':>7}")

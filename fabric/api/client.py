@@ -278,6 +278,15 @@ class ApiClient:
         answer.setdefault("text", reply.text)
         return cast(ExplainAnswer, answer)  # the ExplainAnswer the scheduler made, as JSON
 
+    def explain_event(self, seq: int, replay: bool = False, settings_now: bool = False,
+                      verbose: bool = False) -> dict[str, object]:
+        """A decision on the record, explained (and replayed) by the scheduler."""
+        reply: pb.ExplainReply = self._call(self._ops.Explain, pb.ExplainRequest(
+            event_seq=seq, replay=replay, settings_now=settings_now, verbose=verbose))
+        answer = readers.json_object(reply.explain_json, "ExplainReply.explain_json")
+        answer.setdefault("text", reply.text)
+        return answer
+
     # -- the FabricHandle names the commands use ----------------------------------------------------------
     def jobs(self) -> list[JobStatus]:
         return self.job_statuses()

@@ -193,7 +193,10 @@ class OperatorServicer(pb_grpc.OperatorServicer):
 
     @guarded
     async def Explain(self, request: pb.ExplainRequest, context: Any) -> pb.ExplainReply:
-        out = await self.scheduler.explain(requirement_from_json(request.requirement_json), None, request.verbose)
+        if request.event_seq:  # a decision on the record
+            out: Any = await self.scheduler.explain_event(request.event_seq, request.replay, request.settings_now, request.verbose)
+        else:
+            out = await self.scheduler.explain(requirement_from_json(request.requirement_json), None, request.verbose)
         text = out.get("text", "") if isinstance(out, dict) else getattr(out, "text", "")
         return pb.ExplainReply(text=str(text or ""), explain_json=jsonable(out))
 

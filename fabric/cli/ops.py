@@ -3,7 +3,9 @@ the other moves of work are ``fabric.cli.moves_cmd``'s).
 
 ``explain`` is a dry-run placement against the live fleet: the decision and its trace (every
 node's first failing filter, every survivor's ranking key), for a person (its long lines wrapped
-to 80 columns, or the terminal's; ``--wide`` keeps them whole) or as ``--json``.
+to 80 columns, or the terminal's; ``--wide`` keeps them whole) or as ``--json``. ``explain --event
+SEQ`` explains a decision on the record instead (docs/explain.md), with the fleet as it was;
+``--replay`` runs the engine again on its recorded inputs, ``--settings-now`` with today's settings.
 
 Each reaches the scheduler through Ray (``--address``) or through the operator API (``--api
 HOST:PORT``, no Ray): the same ``SchedulerApi`` calls either way. Exit 1 when the fabric cannot be
@@ -34,6 +36,8 @@ class SchedulerOps(Protocol):
     def cordon(self, node: str) -> str: ...
     def uncordon(self, node: str) -> str: ...
     def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> ExplainAnswer: ...
+    def explain_event(self, seq: int, replay: bool = False, settings_now: bool = False,
+                      verbose: bool = False) -> dict[str, object]: ...
 
 
 CALL_TIMEOUT_S = 60.0
@@ -64,6 +68,9 @@ def add_parser(subparsers: Any) -> None:
     e.add_argument("--capability", action="append", default=[], metavar="TAG", help="required capability tag (repeatable)")
     e.add_argument("--pool", help="pool to place into")
     e.add_argument("--verbose", action="store_true", help="every node's verdict, not only the top survivors")
+    e.add_argument("--event", type=int, metavar="SEQ", help="explain the decision on the record under this event")
+    e.add_argument("--replay", action="store_true", help="with --event: decide again on the recorded inputs")
+    e.add_argument("--settings-now", action="store_true", help="with --event: decide again with today's settings")
     add_width_flag(e)
     e.set_defaults(func=run_explain)
 
@@ -129,8 +136,32 @@ def explain_with(sched: SchedulerOps, req: Requirement, args: Any) -> int:
     return EXIT_OK
 
 
+def explain_event_with(sched: SchedulerOps, args: Any) -> int:
+    """Print why the decision of event ``args.event`` was made (and, replayed, whether it still would be)."""
+    try:
+        out = sched.explain_event(args.event, args.replay, args.settings_now, args.verbose)
+    except Exception as exc:
+        err = _unwrap(exc)
+        print(f"fabric explain: {err}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(err, FabricError) else EXIT_FAILED
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(fit_lines(str(out["text"]), output_width(args)))
+    return EXIT_OK
+
+
 def run_explain(args: Any) -> int:
     from fabric.runtime.client import build_requirement
+
+    if args.event is not None:
+        if args.event < 1:
+            print("fabric explain: --event must be an event number (1 or more)", file=sys.stderr)
+            return EXIT_USAGE
+        return with_scheduler(args, "explain", lambda sched: explain_event_with(sched, args))
+    if args.replay or args.settings_now:
+        print("fabric explain: --replay and --settings-now go with --event SEQ", file=sys.stderr)
+        return EXIT_USAGE
 
     opts: dict[str, Any] = {}
     for flag, key in (("min_tier", "min_tier"), ("floor", "floor"), ("operation", "operation"), ("num_cpus", "num_cpus"),

@@ -29,6 +29,7 @@ from fabric.core.settings_moves import DrainSettings, MigrationSettings, Rebalan
 from fabric.core.settings_rejections import RejectionSettings
 from fabric.core.settings_scaling import ScalingSettings
 from fabric.core.settings_routes import HostName, RouteSettings
+from fabric.core.settings_decisions import DecisionSettings
 from fabric.core.settings_spot import SpotNoticeSettings
 from fabric.core.settings_store import StoreSettings
 from fabric.core.settings_templates import (  # noqa: F401 - re-exported where they were
@@ -296,6 +297,8 @@ class FabricSettings(SettingsModel):
     """Drain timeouts and the spot-interruption sizing."""
     spot_notices: SpotNoticeSettings = Field(default_factory=SpotNoticeSettings)
     """Nodes with a cloud label read their cloud's own spot and rebalance notices from its instance metadata."""
+    decisions: DecisionSettings = Field(default_factory=DecisionSettings)
+    """Placement decisions kept on the record for ``fabric explain --event`` (sampled, bounded)."""
     store: StoreSettings = Field(default_factory=StoreSettings)
     """Where the registry keeps durable state."""
     api: ApiSettings = Field(default_factory=ApiSettings)

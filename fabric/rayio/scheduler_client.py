@@ -89,6 +89,13 @@ class SchedulerClient:
     def explain(self, req: Requirement, ctx: PlacementContext | None = None, verbose: bool = False) -> ExplainAnswer:
         return self._answer(self._handle.explain.remote(req, ctx, verbose), None)
 
+    def explain_event(self, seq: int, replay: bool = False, settings_now: bool = False,
+                      verbose: bool = False) -> dict[str, object]:
+        return self._answer(self._handle.explain_event.remote(seq, replay, settings_now, verbose), None)
+
+    def decision_recording(self, enabled: bool | None = None) -> bool:
+        return self._answer(self._handle.decision_recording.remote(enabled), None)
+
     # -- the operator's view ------------------------------------------------------------------------
     def fallback_count(self) -> int:
         return self._answer(self._handle.fallback_count.remote(), None)
@@ -294,6 +301,13 @@ class AsyncSchedulerClient:
     async def explain(self, req: Requirement, ctx: PlacementContext | None = None,
                       verbose: bool = False) -> ExplainAnswer:
         return await self._handle().explain.remote(req, ctx, verbose)
+
+    async def explain_event(self, seq: int, replay: bool = False, settings_now: bool = False,
+                            verbose: bool = False) -> dict[str, object]:
+        return await self._handle().explain_event.remote(seq, replay, settings_now, verbose)
+
+    async def decision_recording(self, enabled: bool | None = None) -> bool:
+        return await self._handle().decision_recording.remote(enabled)
 
     # -- the operator's view ------------------------------------------------------------------------
     async def fallback_count(self) -> int:

@@ -5,8 +5,10 @@ constructor arguments it is started from), ``bundles`` (one row per bundle, and 
 ``events`` (the job and bundle events, numbered, the newest ``MAX_EVENTS`` kept), ``state`` (the rest
 a restart must resume, by kind and key: node drains, reclaim notices), ``meta`` (small JSON documents
 about the store itself: ``cluster``, the Ray cluster that wrote it, first and last seen; ``inherited``,
-what a new cluster found of another's jobs; added to a schema-1 file when it is opened) and
-``schema_version``. The
+what a new cluster found of another's jobs; added to a schema-1 file when it is opened),
+``decisions`` and ``decision_parts`` (the placement decisions on the record and the fleet slices,
+node records, capabilities and settings they share: ``fabric.core.decisions.DecisionBook``'s
+compressed blobs; added to a schema-1 file when it is opened) and ``schema_version``. The
 store treats records as bytes; ``fabric.store.job_rows`` makes them versioned JSON rows (user classes
 and arguments stay opaque blobs). A scheduler that restarts reads everything back from here.
 
@@ -39,6 +41,8 @@ CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, record BLOB NOT NULL
 CREATE TABLE IF NOT EXISTS state (kind TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL, PRIMARY KEY (kind, key));
 CREATE TABLE IF NOT EXISTS legacy (kind TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL, problem TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions (seq INTEGER PRIMARY KEY, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS decision_parts (key TEXT PRIMARY KEY, record BLOB NOT NULL);
 """
 
 
@@ -255,6 +259,33 @@ class JobStore:
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
+
+    # -- decisions on the record ------------------------------------------------------------------------
+    def write_decisions(self, rows: Iterable[tuple[int, bytes | None]], parts: Iterable[tuple[str, bytes | None]]) -> None:
+        """Keep (a blob) or forget (None) decision rows by event number and their shared parts by key, in one transaction."""
+        rows, parts = list(rows), list(parts)
+        if not rows and not parts:
+            return
+        with self._lock:
+            c = self._conn
+            c.execute("BEGIN")
+            try:
+                c.executemany("INSERT OR REPLACE INTO decision_parts(key, record) VALUES (?, ?)",
+                              [(k, b) for k, b in parts if b is not None])
+                c.executemany("DELETE FROM decision_parts WHERE key = ?", [(k,) for k, b in parts if b is None])
+                c.executemany("INSERT OR REPLACE INTO decisions(seq, record) VALUES (?, ?)", [(q, b) for q, b in rows if b is not None])
+                c.executemany("DELETE FROM decisions WHERE seq = ?", [(q,) for q, b in rows if b is None])
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+
+    def decisions(self) -> tuple[list[tuple[int, bytes]], dict[str, bytes]]:
+        """Every decision row (by event number) and every shared part (by key)."""
+        with self._lock:
+            rows = [(r[0], r[1]) for r in self._conn.execute("SELECT seq, record FROM decisions ORDER BY seq")]
+            parts = {r[0]: r[1] for r in self._conn.execute("SELECT key, record FROM decision_parts")}
+        return rows, parts
 
     def events(self, since: int = 0, limit: int = MAX_EVENTS) -> list[tuple[int, bytes]]:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,10 @@ def test_bench_dispatch_prints_its_table_and_json_object():
     assert set(result["sizes"]) == {"20", "60"} and len(result["sizes"]["60"]["paired_ratios"]) == 2
     assert result["leases_granted"] >= 1  # the adaptive calls took the lease path
     assert "paired ratios" in text and "single call" in text
+    # decision recording on (the default) against off, paired bursts of the biggest size
+    assert len(result["recording_paired_ratios"]) == result["recording_rounds"] == 5
+    assert result["recording_ratio_median"] == pytest.approx(statistics.median(result["recording_paired_ratios"]), abs=1e-3)
+    assert result["recording_on_tasks_per_s"] > 0 and result["recording_off_tasks_per_s"] > 0
     sized = result["sizes"]["60"]  # read from the driver's Ray log: every kind sent some
     assert min(sized[f"{kind}_lease_requests_per_task"] for kind in ("plain", "adaptive", "shaped")) > 0
     # plain Ray given the fabric's options for spilled calls: the third kind, in the same rounds

@@ -4,7 +4,11 @@ One module-scoped LocalFabric (2-core machine): two small raylets. A job's event
 fleet's node events land in one log, numbered in order, each with a ``stimulus_id``; a node
 killed and added back is ``node_lost`` then ``node_joined`` (its new id); ``fabric.on`` delivers
 them in the driver in order, and a callback that raises on every event is reported, counted and
-keeps being called. No wall-clock assertions: waits are bounded polls.
+keeps being called. A job's placement is on the record: after the fleet changed, ``fabric explain
+--event SEQ`` still explains it with the fleet as it was and ``--replay`` decides the same; after a
+``fabric down`` and an ``up`` with a per-node cap that would move it, ``--replay --settings-now``
+says it would now decide differently and why (this test runs last: it leaves the fabric up with the
+new settings). No wall-clock assertions: waits are bounded polls.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ ray = pytest.importorskip("ray")
 import fabric  # noqa: E402
 from fabric import JobState, adaptive  # noqa: E402
 from fabric.testing import LocalFabric  # noqa: E402
+from fabric.testing.local import with_fast_fence  # noqa: E402
 
 pytestmark = pytest.mark.integration
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -103,3 +108,46 @@ def test_node_and_job_events_in_one_ordered_log_and_fabric_on_delivers_them(lf):
         everything.cancel()
         failing.cancel()
     assert not everything.alive and not failing.alive
+
+
+def test_a_job_placement_on_the_record_is_explained_with_the_old_fleet_and_replayed(lf, capsys):
+    from fabric.cli import main
+
+    h = lf.handle
+    start = (h.events(limit=-1) or [{"seq": 0}])[-1]["seq"]
+    jobs = []
+    for _ in range(3):  # two nodes: the third job at the latest lands where one of these already runs
+        jobs.append(Ticker.remote())
+        jobs[-1].wait_running(90)
+    ours = {j.job_id for j in jobs}
+    placed = [e for e in h.events(start, ["placement_decision"]) if e["data"]["job_id"] in ours]
+    seen: set[str] = set()
+    for event in placed:  # the first placement onto a node that already held one of them
+        if event["data"]["node_id"] in seen:
+            break
+        seen.add(event["data"]["node_id"])
+    seq, node_id, name = event["seq"], event["data"]["node_id"], event["data"]["node"]
+
+    h.cordon(node_id)  # the fleet changes: the recorded decision still reads the fleet as it was
+    try:
+        capsys.readouterr()
+        assert main(["explain", "--event", str(seq), "--wide"]) == 0
+        text = capsys.readouterr().out
+        assert f"event {seq}: job {event['data']['job_id']} decision recorded (job)" in text
+        assert f"placed on {node_id}" in text and "filter cordoned" not in text  # the fleet as it was
+        assert main(["explain", "--min-tier", "cpu_ffmpeg", "--wide"]) == 0
+        assert "filter cordoned        removed 1 node" in capsys.readouterr().out  # the fleet as it is
+        assert main(["explain", "--event", str(seq), "--replay", "--wide"]) == 0
+        assert "replay (recorded settings): decides the same" in capsys.readouterr().out
+    finally:
+        h.uncordon(node_id)
+
+    fabric.down()  # and up again with a cap of one slot on that node: the decision would move
+    fabric.up(with_fast_fence({**SETTINGS, "nodes": {name: {"max_concurrent_tasks": 1}}}), timeout_s=90)
+    assert main(["explain", "--event", str(seq), "--replay", "--wide"]) == 0
+    assert "replay (recorded settings): decides the same" in capsys.readouterr().out
+    assert main(["explain", "--event", str(seq), "--replay", "--settings-now", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "replay (today's settings): would now decide differently" in out
+    assert f"settings nodes.{name}: None -> {{'max_concurrent_tasks': 1}}" in out
+    assert f"node {node_id} now fails filter concurrency" in out

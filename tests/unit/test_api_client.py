@@ -121,6 +121,10 @@ class Scheduler:
         self.calls.append(("explain", req, verbose))
         return {"text": "alpha wins", "decision": {"node": "alpha"}, "verdicts": {}, "survivors": []}
 
+    async def explain_event(self, seq: int, replay: bool, settings_now: bool, verbose: bool) -> dict:
+        self.calls.append(("explain_event", seq, replay, settings_now, verbose))
+        return {"seq": seq, "text": f"event {seq}: alpha then", "replay": {"same": not settings_now}}
+
 
 class Served:
     """``serve`` on an event loop in a thread; ``port`` it bound, ``sched`` its fake scheduler."""
@@ -180,6 +184,9 @@ def test_moves_and_explain_reach_the_scheduler_with_their_arguments(served: Serv
         assert c.cordon("alpha") == "n1" * 8 and c.uncordon("alpha") == "n1" * 8
         req = Requirement("cpu_ffmpeg", "relay", num_cpus=0.5, capabilities=("arch:x86_64",), pool="edge")
         out = c.explain(req, None, True)
+        recorded = c.explain_event(12, True, True)
+    assert recorded["text"] == "event 12: alpha then" and recorded["replay"] == {"same": False}
+    assert ("explain_event", 12, True, True, False) in served.sched.calls
     assert ("drain_jobs", "alpha", 30.0, True, "overlap") in served.sched.calls
     assert ("migrate_job", "j1", "handover", "beta", True) in served.sched.calls
     sent = next(call for call in served.sched.calls if call[0] == "explain")

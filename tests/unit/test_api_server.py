@@ -95,6 +95,7 @@ ANSWERS = {
     "drain_jobs": Drain("n1"), "evict": ["j1"], "handle_node_interruption": Drain("n1", "forced"),
     "validate_bundle_admission": Adm(), "create_bundle": status(), "update_bundle": status(),
     "delete_bundle": status(), "bundle_status": status(), "explain": {"text": "n1 wins", "decision": "n1"},
+    "explain_event": {"text": "event 9: n1 then", "replay": {"same": True}},
     "migrate_job": "m-1", "abort_migration": {"phase": "aborted"},
 }
 
@@ -155,6 +156,8 @@ def test_every_unary_rpc_calls_its_scheduler_method_with_its_arguments() -> None
         assert len((await s.ListBundles(pb.ListBundlesRequest(), metadata=GOOD)).bundles) == 1
         ex = await s.Explain(pb.ExplainRequest(requirement_json='{"num_cpus": 2}', verbose=True), metadata=GOOD)
         assert ex.text == "n1 wins" and json.loads(ex.explain_json)["decision"] == "n1"
+        rec = await s.Explain(pb.ExplainRequest(event_seq=9, replay=True, settings_now=True), metadata=GOOD)
+        assert rec.text == "event 9: n1 then" and json.loads(rec.explain_json)["replay"] == {"same": True}
         m = await s.Migrate(pb.MigrateRequest(job_id="j1", strategy="overlap", target_node="n2"), metadata=GOOD)
         assert m.migration_id == "m-1"
         await s.Migrate(pb.MigrateRequest(job_id="j1", override_reservation=True), metadata=GOOD)
@@ -173,6 +176,7 @@ def test_every_unary_rpc_calls_its_scheduler_method_with_its_arguments() -> None
         assert by["delete_bundle"] == [("b1",)] and by["bundle_status"] == [("b1",)]
         (req, ctx, verbose), = by["explain"]
         assert req == Requirement(num_cpus=2) and ctx is None and verbose is True
+        assert by["explain_event"] == [(9, True, True, False)]
         assert by["migrate_job"] == [("j1", "overlap", "n2", False), ("j1", None, None, True)]
         assert by["abort_migration"] == [("m-1", "ops")]
         assert "validate_bundle_admission" not in by

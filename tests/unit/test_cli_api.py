@@ -123,6 +123,9 @@ def test_the_commands_print_what_the_scheduler_answers(api: str, capfd: pytest.C
     assert "m-1" in capfd.readouterr().out
     assert main(["explain", "--api", api, "--min-tier", "cpu_ffmpeg"]) == EXIT_OK
     assert "alpha wins" in capfd.readouterr().out
+    assert main(["explain", "--api", api, "--event", "7", "--replay"]) == EXIT_OK
+    assert "event 7: alpha then" in capfd.readouterr().out
+    assert main(["explain", "--api", api, "--replay"]) == 2  # a replay of what? --event SEQ is missing
 
 
 def test_events_follow_stops_after_for_seconds(api: str, capfd: pytest.CaptureFixture[str]) -> None:

@@ -33,6 +33,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping
 
 from fabric.core.clock import Clock
+from fabric.core.decisions.tap import DecisionTap
 from fabric.core.errors import CapacityError, NodeNotFoundError, RequirementError
 from fabric.core.lifecycle import NodeStatus
 from fabric.core.placement import Allocation, Decision, FleetView, NodeRecord, PlacementContext, Requirement, place
@@ -84,6 +85,7 @@ class SchedulerCore:
         self.leases = LeaseBook(self.settings.health.monitor_interval_s)
         self.drains = DrainBook()
         self.provisions = ProvisionBook()
+        self.decision_tap = DecisionTap(self.settings.decisions.enabled, self.settings.decisions.sample_one_in)
         self._outsiders: dict[str, ComputeTier] = {}
         self.counters = {
             "placements_attempted": 0, "placements_succeeded": 0, "placements_failed": 0,
@@ -281,7 +283,7 @@ class SchedulerCore:
             return refused
         out = self._end_leases(s.release, sid)
         self.counters["placements_attempted"] += 1
-        d = self.cascade.settle(place(self.fleet, req, s.context), req, s.context, sid, now, out)
+        d = self.cascade.settle(self._decided(place(self.fleet, req, s.context), s.context, sid, s.queue), req, s.context, sid, now, out)
         prospective = self.cascade.on_prospective(d)
         if d.status == "placed" and not prospective:
             self._commit(d)
@@ -324,7 +326,7 @@ class SchedulerCore:
         if refused:
             return refused
         out = self._end_leases([idle for idle in s.release if idle != s.lease_id], sid)
-        grant = self._grant(s.lease_id, req, s.holding, s.want, now)
+        grant = self._grant(s.lease_id, req, s.holding, s.want, now, sid)
         if (not grant.slots and grant.spill is None and req.hard and not self.any_node_serves(req.min_tier, req.pool)
                 and not self.could_provision(req)):  # a node the cascade may provision is worth the wait
             self.lease_desk.drop(s.lease_id)
@@ -442,7 +444,8 @@ class SchedulerCore:
             if q.held is not None:  # its place on a prospective node is taken again below if still best
                 self.ledger.give_back(q.held, self.fleet)
                 q.held = None
-            d = self.cascade.settle(place(self.fleet, q.requirement, q.context), q.requirement, q.context, sid, now, out)
+            d = self.cascade.settle(self._decided(place(self.fleet, q.requirement, q.context), q.context, sid, True),
+                                    q.requirement, q.context, sid, now, out)
             if d.status != "placed":
                 return False
             if self.cascade.on_prospective(d):
@@ -502,10 +505,19 @@ class SchedulerCore:
         gpus = self.ray_gpus(a.node_id, req) if a.node_id else 0.0
         return replace(a, ray_gpus=gpus) if gpus else a
 
-    def _grant(self, lease_id: str, req: Requirement, holding: Mapping[str, int], want: int, now: float) -> LeaseGrant:
-        slots = self.lease_desk.grant(lease_id, req, holding or {}, want, now)
+    def _grant(self, lease_id: str, req: Requirement, holding: Mapping[str, int], want: int, now: float, sid: str) -> LeaseGrant:
+        slots = self.lease_desk.grant(lease_id, req, holding or {}, want, now, self.decision_tap.lease(self.fleet, sid))
         spill, via = self.spill_target(req)  # where the calls beyond its slots go, once they are reserved
-        return LeaseGrant(lease_id, slots, spill, self.leases.ttl_s, via)
+        grant = LeaseGrant(lease_id, slots, spill, self.leases.ttl_s, via)
+        self.decision_tap.granted(grant)
+        return grant
+
+    def _decided(self, d: Decision, ctx: PlacementContext | None, sid: str, placed_only: bool = False) -> Decision:
+        """``d`` as the engine made it, shown first to the decision tap (which records it when due);
+        ``placed_only``: a queued call's is recorded once it is placed, not each time it waits."""
+        if self.decision_tap.enabled and (d.status == "placed" or not placed_only):
+            self.decision_tap.decided("job" if ctx is not None and ctx.job_id else "task", d, self.fleet, sid)
+        return d
 
     def _end_leases(self, lease_ids: Iterable[str], sid: str) -> list[Instruction]:
         """Give leases back, one by one; the queue tries again after each one that freed slots."""

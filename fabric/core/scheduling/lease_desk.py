@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from fabric.core.clock import Clock
-from fabric.core.placement import FleetView, Requirement
+from fabric.core.placement import Decision, FleetView, Requirement
 from fabric.core.scheduling.leases import LeaseBook, reserve_slots
 from fabric.core.scheduling.ledger import OBSERVED, AllocationLedger
 from fabric.core.scheduling.replies import LeaseSlot
@@ -55,14 +55,15 @@ class LeaseDesk:
         """The lease each ``OBSERVED`` reservation came from and when it expired (``OBSERVED_SETTLE_S``)."""
 
     def grant(self, lease_id: str, req: Requirement, holding: Mapping[str, int], want: int,
-              now: float) -> tuple[LeaseSlot, ...]:
+              now: float, first: "Callable[[Decision], None] | None" = None) -> tuple[LeaseSlot, ...]:
         """Grant (or renew) ``lease_id``: the slots it still has running stay reserved and up to
-        ``want`` more are placed; the previous grant under the id is replaced. The slots granted."""
+        ``want`` more are placed; the previous grant under the id is replaced. The slots granted.
+        ``first``: shown the engine's first decision (``reserve_slots``)."""
         previous = self.leases.get(lease_id)
         renewals = previous.renewals + 1 if previous is not None else 0
         self.drop(lease_id)
         self._drop_observed_of(lease_id)
-        res = reserve_slots(self.fleet, req, holding, want, self.ray_gpus)
+        res = reserve_slots(self.fleet, req, holding, want, self.ray_gpus, first)
         for a in res.held:
             self.ledger.track(a, lease_id, held=True)
         for a, cap in res.placed:

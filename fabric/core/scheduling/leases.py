@@ -41,10 +41,12 @@ class LeaseReservation:
 
 
 def reserve_slots(fleet: FleetView, req: Requirement, holding: Mapping[str, int], want: int,
-                  ray_gpus: Callable[[str, Requirement], float]) -> LeaseReservation:
+                  ray_gpus: Callable[[str, Requirement], float],
+                  first: "Callable[[Decision], None] | None" = None) -> LeaseReservation:
     """Reserve a grant's slots in ``fleet``: ``holding`` (node -> calls still running; nodes the
     fleet does not hold are skipped) and up to ``want`` placed by the engine. A node with held
-    calls and no new slot gets capacity 0 (no new calls; the running ones still count)."""
+    calls and no new slot gets capacity 0 (no new calls; the running ones still count). ``first`` is
+    shown the engine's first decision before it is committed (the decision recorded for the grant)."""
     out = LeaseReservation()
     running: dict[str, int] = {}
     for node_id, n in holding.items():
@@ -57,8 +59,10 @@ def reserve_slots(fleet: FleetView, req: Requirement, holding: Mapping[str, int]
         running[node_id] = n
     granted: dict[str, int] = {}
     levels: dict[str, Decision] = {}
-    for _ in range(max(0, want)):
+    for i in range(max(0, want)):
         d = place(fleet, req)
+        if i == 0 and first is not None:
+            first(d)
         if d.status != "placed" or d.node_id is None or is_prospective(d.node_id):
             break  # a node still coming up takes no leased calls: they queue for it
         cap = fleet.node(d.node_id).slots
