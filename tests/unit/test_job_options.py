@@ -229,13 +229,19 @@ def test_capacity_joined_for_a_job_clears_it_through_the_core():
     assert ev.data["job_id"] == "job-1" and ev.data["node_id"] == "n3"
 
 
-def test_the_cascade_remembers_which_job_a_provision_serves():
+def _a_job_that_needs_a_provision(job_id: str) -> tuple[SchedulerCore, ProvisionNode]:
+    """A core whose fixed node two queued calls fill, then job ``job_id`` placed: the cascade's ask."""
     core = SchedulerCore(cascade_settings(), clock=Clock())
     core.handle(NodeJoined(rec("fixed-1", "cpu_ffmpeg", slots=2)))
     for i in range(2):
         core.handle(PlaceRequested(CPU, request_id=f"r{i}", queue=True))
-    out = core.handle(PlaceRequested(CPU, PlacementContext(job="w", job_id="job-7")))
+    out = core.handle(PlaceRequested(CPU, PlacementContext(job="w", job_id=job_id)))
     (ask,) = [i for i in out if isinstance(i, ProvisionNode)]
+    return core, ask
+
+
+def test_the_cascade_remembers_which_job_a_provision_serves():
+    core, ask = _a_job_that_needs_a_provision("job-7")
     (p,) = list(core.provisions)
     assert p.job_id == "job-7"
     assert provision_from_row(provision_row(p, 0.0), 0.0).job_id == "job-7"
@@ -248,12 +254,7 @@ def test_the_cascade_remembers_which_job_a_provision_serves():
 
 
 def test_a_node_that_registered_before_its_provider_answered_is_served_too():
-    core = SchedulerCore(cascade_settings(), clock=Clock())
-    core.handle(NodeJoined(rec("fixed-1", "cpu_ffmpeg", slots=2)))
-    for i in range(2):
-        core.handle(PlaceRequested(CPU, request_id=f"r{i}", queue=True))
-    out = core.handle(PlaceRequested(CPU, PlacementContext(job="w", job_id="job-8")))
-    (ask,) = [i for i in out if isinstance(i, ProvisionNode)]
+    core, ask = _a_job_that_needs_a_provision("job-8")
     core.handle(NodeJoined(provisioned("ray-node-2", "local-y", "burst")))
     core.handle(ProvisionStarted(ask.provision_id, "local-y", "local"))
     assert core.take_served() == [("job-8", "ray-node-2")]
