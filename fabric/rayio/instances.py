@@ -481,12 +481,15 @@ def pickle_by_value(obj: Any, classes: Any = ()) -> bytes:
         if module is not None and _is_user_module(module) and module not in modules:
             modules.append(module)
     registered = []
+    already = cloudpickle.list_registry_pickle_by_value()  # the user's own (or Ray's): left as they are
     try:
         for module in modules:
+            if module.__name__ in already:
+                continue
             try:
                 cloudpickle.register_pickle_by_value(module)
                 registered.append(module)
-            except ValueError:  # already registered (by the user, or by Ray)
+            except ValueError:  # not importable by its name: pickled as cloudpickle can
                 pass
         return cloudpickle.dumps(obj)
     finally:
