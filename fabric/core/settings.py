@@ -33,8 +33,7 @@ from fabric.core.settings_decisions import DecisionSettings
 from fabric.core.settings_spot import SpotNoticeSettings
 from fabric.core.settings_store import StoreSettings
 from fabric.core.settings_templates import (  # noqa: F401 - re-exported where they were
-    ARTIFACT_SCHEMES as ARTIFACT_SCHEMES, TemplateSettings as TemplateSettings, _artifact_uri,
-    template_artifacts as template_artifacts,
+    ARTIFACT_SCHEMES as ARTIFACT_SCHEMES, TemplateSettings as TemplateSettings, template_artifacts as template_artifacts,
 )
 from fabric.core.settings_types import NonNegFloat, PositiveSeconds, SettingsModel  # noqa: F401 - re-exported where they were
 from fabric.core.tiers import ComputeTier
