@@ -23,12 +23,14 @@ if [ ! -f "$stamp" ]; then
     || { echo "install failed: a dependency does not import" >&2; exit 1; }
   rm -f .venv/.installed-*; touch "$stamp"
 fi
-# The namespace fleet's one-way cuts (fabric.testing.netns) need nft: install Debian's nftables when root.
-if [ "$(id -u)" = 0 ] && ! command -v nft >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  echo "==> installing nftables (apt-get) for the namespace fleet's one-way cuts"
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/dev/null 2>&1; }; } \
-    || echo "nftables could not be installed: the one-way cut tests skip (fail with CI=true)" >&2
+# The namespace fleet's one-way cuts (fabric.testing.netns) use nft, or iptables when asked: install
+# Debian's nftables and iptables when root.
+if [ "$(id -u)" = 0 ] && { ! command -v nft >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; } \
+   && command -v apt-get >/dev/null 2>&1; then
+  echo "==> installing nftables and iptables (apt-get) for the namespace fleet's one-way cuts"
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables iptables >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables iptables >/dev/null 2>&1; }; } \
+    || echo "nftables/iptables could not be installed: the one-way cut tests skip (fail with CI=true)" >&2
 fi
 # The GCS fault-tolerance tests' external store (fabric.testing.redis) needs redis-server: install Debian's when root.
 if [ "$(id -u)" = 0 ] && ! command -v redis-server >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
