@@ -6,7 +6,7 @@
 - a forced drain whose migration target never comes up: at the timeout the job is stopped
   (``terminated``) and recovered by its policy elsewhere; without force the drain ends ``partial``;
 - an uncordon withdraws a drain in progress;
-- a spot notice with a 40 s deadline on a node with two jobs: both are elsewhere before it, and
+- a spot notice with a 90 s deadline on a node with two jobs: both are elsewhere before it, and
   Ray is told with PREEMPTION; ten notices in a row never break a bundle (what a reclaim takes is
   not counted against a restart ceiling of 1);
 - an eviction stops the node's jobs at once and each recovers by its policy.
@@ -69,6 +69,25 @@ def lf():
         yield fabric_
 
 
+@pytest.fixture(autouse=True)
+def whole_fleet(lf):
+    """After each test the fleet is whole again, also when the test failed midway: its bundles
+    deleted, its jobs stopped, every node uncordoned, and a node that a drain or a notice took
+    replaced, so that one failure does not leave the next test without room."""
+    yield
+    for b in lf.handle.bundles():
+        lf.handle.delete_bundle(b.bundle_id)
+    for s in lf.handle.jobs():
+        if s.state not in (JobState.STOPPED, JobState.DROPPED, JobState.FAILED):
+            lf.handle.job_handle(s.job_id).stop(wait=False)
+    active = {n.node_id for n in lf.handle.nodes() if n.status.value == "active"}
+    for node in lf.nodes:
+        if node.alive and node.node_id in active:
+            lf.handle.uncordon(node.node_id)
+        else:
+            replace_node(lf, node.node_id)
+
+
 def name_of(lf, node_id: str) -> str:
     return next(n.name for n in lf.history if n.node_id == node_id)
 
@@ -97,6 +116,11 @@ def gather(lf, jobs, node_id: str) -> None:
     assert all(lf.handle.job(j.job_id).node_id == node_id for j in jobs)
 
 
+def job_reasons(drain) -> dict[str, tuple[str, str]]:
+    """Each job's status in a drain and why: what a failed assertion prints."""
+    return {j: (v.status.value, v.reason) for j, v in drain.jobs.items()}
+
+
 def drain_done(lf, node_id: str):
     return lf.wait_until(lambda: (lambda s: s if s is not None and s.terminal else None)(lf.handle.drain_status(node_id)),
                          "the drain to end", timeout_s=120)
@@ -115,7 +139,7 @@ def test_a_drain_moves_three_jobs_lets_tasks_finish_and_ray_drains_the_node(lf, 
     st = lf.handle.drain(node, timeout_s=60)
     assert st.node_id == node and set(st.jobs) == {j.job_id for j in jobs}
     final = drain_done(lf, node)
-    assert {v.status.value for v in final.jobs.values()} == {"migrated"}, final
+    assert {v.status.value for v in final.jobs.values()} == {"migrated"}, job_reasons(final)
     assert final.phase.value == "done" and final.ray_drain == "accepted", final
     strategies = {j: lf.handle.migration(v.migration_id).strategy.value for j, v in final.jobs.items()}
     assert strategies == {jobs[0].job_id: "stop_then_start", jobs[1].job_id: "stop_then_start", jobs[2].job_id: "overlap"}
@@ -179,16 +203,19 @@ def test_a_spot_notice_moves_both_jobs_before_its_deadline_and_tells_ray_preempt
         j.wait_running(120)
     node = jobs[0].node_id
     gather(lf, jobs, node)
-    deadline = time.time() + 60  # the moves get 30 s, 25 s once tightened: on a busy 2-core machine a move takes seconds
+    # the moves get 60 s, 55 s once tightened: on a 2-core machine busy with a whole suite a move
+    # of a job takes many seconds (25 s was too short in a full run)
+    deadline = time.time() + 90
     notice = lf.handle.handle_node_interruption(node, kind="spot-interruption", deadline=deadline)
     assert notice.kind == "spot-interruption" and notice.drain.force and notice.drain.interruption == "spot-interruption"
-    assert notice.drain.timeout_s <= 30.5  # 60 s less the 30 s margin
+    assert notice.drain.timeout_s <= 60.5  # 90 s less the 30 s margin
     sooner = lf.handle.handle_node_interruption(node, kind="spot-interruption", deadline=deadline - 5)
     if sooner.drain.started == notice.drain.started:  # the same drain, still in progress: tightened
         assert sooner.drain.deadline < notice.drain.deadline
     final = drain_done(lf, node)
     assert time.time() < deadline
-    assert {v.status.value for v in final.jobs.values()} == {"migrated"} and final.ray_drain == "accepted", final
+    assert {v.status.value for v in final.jobs.values()} == {"migrated"}, job_reasons(final)
+    assert final.ray_drain == "accepted", final
     from fabric.rayio.adapter import RayAdapter
 
     assert node in RayAdapter().draining_nodes()  # PREEMPTION: Ray lists it draining until it goes

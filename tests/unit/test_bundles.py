@@ -1,6 +1,7 @@
 """Bundle models: shape checks naming the field, ``to_spec`` defaults, expansion, placement context."""
 
 import pickle
+from datetime import datetime, timezone
 
 import pytest
 from pydantic import ValidationError
@@ -46,6 +47,10 @@ def field_of(exc: ValidationError) -> set:
     ({"requirement": {"bogus": 1}}, ("requirement",)),
     ({"requirement": 5}, ("requirement",)),
     ({"colocate_with": ["b"]}, ("colocate_with",)),
+    ({"start_at": datetime(2030, 1, 1)}, ("start_at",)),
+    ({"start_at": -5}, ("start_at",)),
+    ({"start_at": "tomorrow"}, ("start_at",)),
+    ({"drain_strategy": "teleport"}, ("drain_strategy",)),
 ])
 def test_bundle_job_refuses_a_bad_field_naming_it(kw, loc):
     with pytest.raises(ValidationError) as err:
@@ -119,6 +124,22 @@ def test_to_spec_fields_left_none_take_the_class_defaults():
     # a Requirement object is used as it is
     r = Requirement(min_tier="relay")
     assert BundleJob(name="a", requirement=r).to_spec(None, defaults).requirement == r
+
+
+def test_start_at_and_drain_strategy_reach_the_spec_and_beat_the_class_options():
+    when = datetime(2030, 1, 1, 6, 0, tzinfo=timezone.utc)
+    job = BundleJob(name="a", start_at=when, drain_strategy="handover")
+    assert job.start_at == when.timestamp()  # held as epoch seconds, as JobSpec holds it
+    spec = job.to_spec("default")
+    assert (spec.start_at, spec.drain_strategy) == (when.timestamp(), "handover")
+    defaults = JobSpec(name="Encoder", start_at=when.timestamp() + 60, drain_strategy="overlap")
+    inherited = BundleJob(name="a").to_spec("default", defaults)
+    assert (inherited.start_at, inherited.drain_strategy) == (when.timestamp() + 60, "overlap")
+    own = BundleJob(name="a", start_at=when.timestamp(), drain_strategy="stop_then_start").to_spec("default", defaults)
+    assert (own.start_at, own.drain_strategy) == (when.timestamp(), "stop_then_start")
+    assert (BundleJob(name="a").to_spec(None).start_at, BundleJob(name="a").to_spec(None).drain_strategy) == (None, None)
+    with pytest.raises(ValidationError, match="timezone"):
+        BundleJob(name="a", start_at=datetime(2030, 1, 1))
 
 
 def test_operation_preset_with_overrides():

@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from fabric.core.errors import InvalidSpecError, RequirementError
-from fabric.core.jobs.spec import MAX_HOURLY_RESTARTS, MAX_NAME, MAX_RULES, JobSpec
+from fabric.core.jobs.spec import MAX_HOURLY_RESTARTS, MAX_NAME, MAX_RULES, JobSpec, start_at_seconds
 from fabric.core.placement import Peer, PlacementContext, Requirement
 from fabric.core.settings import FabricSettings
 
@@ -120,6 +120,13 @@ class BundleJob(_Model):
     """``manual``: expanded but dormant until ``start_bundle_job``."""
     backup_overrides: dict[str, Any] = Field(default_factory=dict)
     """Constructor keyword arguments that differ on the backup (merged over ``kwargs`` there)."""
+    start_at: float | None = None
+    """When the job starts: a timezone-aware ``datetime`` or epoch seconds, held as epoch seconds.
+    Until its pool tier's ``placement_lead_s`` before it the job waits ``scheduled`` (None: the
+    class's, else at once)."""
+    drain_strategy: Literal["stop_then_start", "overlap", "handover"] | None = None
+    """How a drain of its node migrates it (None: the class's, else the settings' default); a
+    strategy given on the drain call beats it."""
 
     _given: frozenset[str] | None = PrivateAttr(default=None)
     """Keys of a requirement given as a dict (None: given as a ``Requirement``)."""
@@ -148,6 +155,14 @@ class BundleJob(_Model):
                 raise ValueError("operation: a preset takes its overrides as a requirement dict, not a Requirement")
             job._given = given
         return job
+
+    @field_validator("start_at", mode="before")
+    @classmethod
+    def _start_at(cls, value: object) -> float | None:
+        try:
+            return start_at_seconds(value)
+        except RequirementError as e:
+            raise ValueError(e.message) from e
 
     @field_validator("requirement", mode="before")
     @classmethod
@@ -209,6 +224,8 @@ class BundleJob(_Model):
                 single_use=self.single_use, start_mode=self.start_mode,
                 health_period_s=base.health_period_s, health_timeout_s=base.health_timeout_s,
                 health_failures=base.health_failures, call_timeout_s=base.call_timeout_s,
+                start_at=_first(self.start_at, base.start_at),
+                drain_strategy=_first(self.drain_strategy, base.drain_strategy),
             )
         except RequirementError as e:
             raise InvalidSpecError(f"job {self.name!r}: {e.message}", field=e.field) from e

@@ -41,7 +41,7 @@ def _seconds(field_name: str, value: object, *, allow_none: bool = False) -> flo
     return float(value)
 
 
-def _start_at(value: object) -> float | None:
+def start_at_seconds(value: object) -> float | None:
     """``start_at`` as epoch seconds: a timezone-aware ``datetime`` or a number of seconds since the epoch."""
     if value is None:
         return None
@@ -121,7 +121,7 @@ class JobSpec:
             raise RequirementError("start_mode", "must be 'auto' or 'manual'", self.start_mode)
         for name in ("health_period_s", "health_timeout_s", "call_timeout_s"):
             object.__setattr__(self, name, _seconds(name, getattr(self, name)))
-        object.__setattr__(self, "start_at", _start_at(self.start_at))
+        object.__setattr__(self, "start_at", start_at_seconds(self.start_at))
         if self.drain_strategy is not None and self.drain_strategy not in STRATEGIES:
             raise RequirementError("drain_strategy", f"must be one of {', '.join(STRATEGIES)} (or None)", self.drain_strategy)
         f = self.health_failures
