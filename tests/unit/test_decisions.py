@@ -139,6 +139,49 @@ def test_replay_reruns_the_engine_an_edited_slice_or_new_settings_move_the_decis
     assert capped["same"] and capped["now"]["node_id"] == "b"  # today's cap on a: it has no slot left
 
 
+def test_replay_with_todays_settings_applies_todays_operation_preset_keeping_the_fields_given_over_it():
+    then = {"operations": {"encode": {"min_tier": "gpu_apu", "floor": "cpu_ffmpeg", "num_cpus": 2}}}
+    c = core(then)
+    req = Requirement.from_operation("encode", c.settings, num_cpus=1)
+    assert req.preset == ("encode", ("num_cpus",)) and req == Requirement(min_tier="gpu_apu", floor="cpu_ffmpeg", num_cpus=1)
+    c.place(req, PlacementContext(job_id="j1"))
+    book = kept(c)
+    rd = book.get(1)
+    assert rd.requirement.preset == ("encode", ("num_cpus",))  # the record keeps where the requirement came from
+    assert replay(rd)["same"] and replay(rd, settings=FabricSettings.load(then))["same"]
+    # today the preset needs a capability no node has, and more CPUs: the CPUs given over it stay 1
+    today = {"operations": {"encode": {"min_tier": "gpu_apu", "floor": "cpu_ffmpeg", "num_cpus": 4, "capabilities": ["av1"]}}}
+    now = replay(rd, settings=FabricSettings.load(today))
+    assert not now["same"] and now["now"]["status"] != "placed", now["now"]
+    assert "operation 'encode': capabilities: () -> ('av1',)" in now["why"], now["why"]
+    assert not any("num_cpus" in w and w.startswith("operation") for w in now["why"])
+    # a preset gone from today's settings: replayed with the requirement recorded, and said
+    gone = replay(rd, settings=FabricSettings.load({}))
+    assert gone["same"] and gone["now"]["node_id"] == rd.row["decision"]["node_id"]
+    from fabric.core.decisions.replay import preset_again
+
+    assert preset_again(rd.requirement, FabricSettings.load({}))[1] == [
+        "operation 'encode': unknown operation 'encode'; operations: ['braid', 'flac', 'lupine', 'vaapi_encode'];"
+        " replayed with the requirement recorded"]
+
+
+def test_a_requirement_keeps_its_preset_through_replace_pickling_and_its_row():
+    import pickle
+
+    from fabric.core.decisions.rows import requirement_from_row, requirement_row
+
+    s = FabricSettings.load({"operations": {"encode": {"min_tier": "gpu_apu", "num_cpus": 2}}})
+    req = Requirement.from_operation("encode", s)
+    assert req.preset == ("encode", ()) and req.preset_overrides() == {}
+    pooled = req.replace(pool="default")
+    assert pooled.preset == ("encode", ("pool",)) and pooled.preset_overrides() == {"pool": "default"}
+    assert pickle.loads(pickle.dumps(pooled)).preset == pooled.preset
+    assert requirement_from_row(requirement_row(pooled)).preset == pooled.preset
+    assert pooled.with_payload(10).preset == pooled.preset
+    assert Requirement(min_tier="gpu_apu", num_cpus=2).preset is None and "preset" not in Requirement().as_kwargs()
+    assert Requirement(min_tier="gpu_apu", num_cpus=2) == req  # where it came from is no part of equality
+
+
 # -- bounded -------------------------------------------------------------------------------------------------
 def test_retention_is_bounded_by_count_and_bytes_and_fleet_versions_are_shared():
     c = core({"decisions": {"sample_one_in": 1}})

@@ -3,8 +3,10 @@
 ``explain_recorded`` prints the report ``Decision.explain`` printed when the decision was made, from
 what was recorded then (the fleet as it was, not as it is). ``replay`` runs the engine on the
 recorded fleet slice and requirement, with the recorded settings (it must decide the same) or with
-``settings`` given (today's): the outcome again, whether it is the same, and, when it is not, why:
-the settings that differ, and what became of the node chosen then.
+``settings`` given (today's: a requirement that came from an operation preset takes today's preset,
+the fields given over it kept): the outcome again, whether it is the same, and, when it is not, why:
+the requirement's fields today's preset changes, the settings that differ, and what became of the
+node chosen then.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 from fabric.core.decisions.book import RecordedDecision
 from fabric.core.decisions.rows import settings_row
-from fabric.core.placement import KEY_COMPONENTS, FleetView, NodeRecord, place
+from fabric.core.errors import RequirementError
+from fabric.core.placement import KEY_COMPONENTS, FleetView, NodeRecord, Requirement, place
 from fabric.core.placement.explain import render
 from fabric.core.placement.reference import walk_fleet
 from fabric.core.placement.trace import PlacementTrace
@@ -55,11 +58,14 @@ def replay(rd: RecordedDecision, settings: FabricSettings | None = None,
     when they differ."""
     used = settings if settings is not None else rd.settings
     recs = records if records is not None else rd.records
+    req = rd.requirement
+    preset_why: list[str] = []
     if settings is not None:
         recs = [_with_overrides(r, settings) for r in recs]
+        req, preset_why = preset_again(rd.requirement, settings)
     fleet = FleetView(recs, used)
     fleet.provision_held = rd.provision_held
-    d = place(fleet, rd.requirement, rd.context, trace=True)
+    d = place(fleet, req, rd.context, trace=True)
     then = rd.row["decision"]
     now = {**d.to_dict(), "node_name": d.node_name, "summary": d.summary()}
     same = all(_norm(then.get(k)) == _norm(now.get(k)) for k in OUTCOME_FIELDS)
@@ -68,12 +74,30 @@ def replay(rd: RecordedDecision, settings: FabricSettings | None = None,
         why.append(f"then: {then['summary']}")
         why.append(f"now:  {now['summary']}")
         if settings is not None:
+            why.extend(preset_why)
             why.extend(settings_differences(rd.settings, settings))
         if records is not None:
             why.append("the fleet slice given differs from the one recorded")
         why.extend(_node_fate(then.get("node_id"), d.trace, now.get("node_id")))
     return {"seq": rd.seq, "same": same, "settings": "today's" if settings is not None else "recorded",
             "then": then, "now": now, "why": why, "text": d.explain()}
+
+
+def preset_again(req: Requirement, settings: FabricSettings) -> tuple[Requirement, list[str]]:
+    """``req`` with its operation preset applied again from ``settings`` (the fields given over the
+    preset kept), and a line per field that comes out different; ``req`` as it is when it came from
+    no preset, or when ``settings`` no longer define it (said in a line)."""
+    if req.preset is None:
+        return req, []
+    name = req.preset[0]
+    try:
+        now = Requirement.from_operation(name, settings, **req.preset_overrides()).with_payload(req.payload_size)
+    except RequirementError as e:
+        return req, [f"operation {name!r}: {e.reason}; replayed with the requirement recorded"]
+    then_kw, now_kw = req.as_kwargs(), now.as_kwargs()
+    changed = [f"operation {name!r}: {k}: {_short(then_kw.get(k))} -> {_short(now_kw.get(k))}"
+               for k in sorted(set(then_kw) | set(now_kw)) if k != "preset" and then_kw.get(k) != now_kw.get(k)]
+    return now, changed
 
 
 def settings_differences(old: FabricSettings, new: FabricSettings, limit: int = SETTINGS_SHOWN) -> list[str]:

@@ -56,7 +56,7 @@ Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_
 PoolName = Annotated[str, Field(min_length=1, max_length=MAX_POOL_NAME), AfterValidator(_printable)]
 
 
-_REQUIREMENT_FIELDS = frozenset(inspect.signature(Requirement).parameters)
+_REQUIREMENT_FIELDS = frozenset(inspect.signature(Requirement).parameters) - {"preset"}
 
 
 def no_defaults(cls: Any) -> JobSpec | None:
@@ -162,7 +162,7 @@ class BundleJob(_Model):
         try:
             return start_at_seconds(value)
         except RequirementError as e:
-            raise ValueError(e.message) from e
+            raise ValueError(e.reason) from e
 
     @field_validator("requirement", mode="before")
     @classmethod

@@ -143,7 +143,8 @@ class Requirement:
     __slots__ = (
         "min_tier", "floor", "fallback", "num_cpus", "memory_mib", "num_cores", "num_gpus",
         "gpu_model", "capabilities", "ports", "pool", "prefer", "exclusive", "payload_size",
-        "when_full", "scale", "resources", "label_selector", "accelerator_type", "ray", "class_key", "class_id", "_hash",
+        "when_full", "scale", "resources", "label_selector", "accelerator_type", "ray", "preset", "class_key", "class_id",
+        "_hash",
     )
 
     min_tier: ComputeTier
@@ -188,6 +189,10 @@ class Requirement:
     """What Ray is told about the call as it is (runtime_env, num_returns, retry_exceptions, and a
     job's max_concurrency / max_task_retries); part of ``class_key`` so that calls told different
     things never share a lease's prepared options."""
+    preset: "tuple[str, tuple[str, ...]] | None"
+    """Where it came from: an operation preset's name and the fields given over it (``from_operation``),
+    so that the preset can be applied again with other settings (a replayed decision); None for a
+    requirement built field by field. Not part of ``class_key`` or equality."""
     class_key: tuple
     """Everything that affects placement, as one hashable tuple."""
     class_id: int
@@ -218,6 +223,7 @@ class Requirement:
         label_selector: "dict[str, str] | None" = None,
         accelerator_type: str | None = None,
         ray: "RayCallOptions | dict[str, Any] | None" = None,
+        preset: "tuple[str, Any] | list[Any] | None" = None,
     ) -> None:
         s = object.__setattr__
         for flag, value in (("fallback", fallback), ("exclusive", exclusive)):
@@ -292,6 +298,7 @@ class Requirement:
         s(self, "label_selector", terms)
         s(self, "accelerator_type", accel)
         s(self, "ray", ray)
+        s(self, "preset", _preset(preset))
         key: tuple = (
             mt.rank, fl.rank, cpus, mem, int(cores), gpus, self.gpu_model, tuple(sorted(caps)),
             port_tokens, pool, prefer, bool(exclusive), when_full, scale,
@@ -341,6 +348,8 @@ class Requirement:
             out["accelerator_type"] = self.accelerator_type
         if self.ray is not _PLAIN_RAY:
             out["ray"] = self.ray.as_kwargs()
+        if self.preset is not None:
+            out["preset"] = [self.preset[0], list(self.preset[1])]
         return out
 
     def selector_dict(self) -> dict[str, str]:
@@ -365,7 +374,17 @@ class Requirement:
         if ("min_tier" in changes or "fallback" in changes) and "floor" not in changes:
             kw["floor"] = None  # re-derive the floor from the (new) fallback flag
         kw.update(changes)
+        if self.preset is not None and "preset" not in changes:  # the fields changed are given over the preset too
+            kw["preset"] = (self.preset[0], tuple(set(self.preset[1]) | set(changes)))
         return Requirement(**kw)
+
+    def preset_overrides(self) -> dict[str, Any]:
+        """The fields given over its operation preset, as ``from_operation``'s ``overrides`` (empty
+        without a preset)."""
+        if self.preset is None:
+            return {}
+        kw = self.as_kwargs()
+        return {k: kw[k] for k in self.preset[1] if k in kw}
 
     def __repr__(self) -> str:
         parts = [f"min_tier={self.min_tier.value!r}"]
@@ -420,6 +439,7 @@ class Requirement:
         if "min_tier" in overrides and "floor" not in overrides and not op.fallback:
             kw["floor"] = None
         kw.update(overrides)
+        kw["preset"] = (name, tuple(k for k in overrides if k != "preset"))
         return cls(**kw).validate_against(settings)
 
     def validate_against(self, settings: "FabricSettings") -> "Requirement":
@@ -437,6 +457,16 @@ _RAY_KWARGS = frozenset({"runtime_env", "num_returns", "retry_exceptions", "max_
 def _check_payload(payload_size: Any) -> None:
     if isinstance(payload_size, bool) or not isinstance(payload_size, int) or not 0 <= payload_size < _MAX_PAYLOAD:
         raise RequirementError("payload_size", f"must be a non-negative integer (bytes) below 2**63, got {shown(payload_size)}", payload_size)
+
+
+def _preset(value: object) -> "tuple[str, tuple[str, ...]] | None":
+    """``preset`` checked: None, or an operation name and the names of the fields given over it."""
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], str) and value[0] \
+            and isinstance(value[1], (tuple, list, set, frozenset)) and all(isinstance(k, str) for k in value[1]):
+        return value[0], tuple(sorted(set(value[1])))
+    raise RequirementError("preset", f"must be (operation name, field names given over it), got {shown(value)}", value)
 
 
 def _rebuild(kwargs: dict[str, Any]) -> Requirement:
