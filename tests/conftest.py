@@ -10,6 +10,7 @@
   inherit it, so even a test that runs ``fabric.up()`` on a cluster of its own writes there. A run
   that leaves anything under ``$XDG_DATA_HOME/adaptive-fabric`` fails, naming what it left: without
   this folder it would have landed in ``~/.local/share``.
+- The end of a run lists the slowest modules with their time (their tests' setup, call and teardown).
 """
 
 import os
@@ -45,7 +46,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+MODULES_SHOWN = 25
+"""Modules the time-by-module summary lists, slowest first."""
+MODULE_SECONDS: dict[str, float] = {}
+"""Seconds per test module (setup, call and teardown of its tests): what a slow run spends its time on."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    MODULE_SECONDS[module] = MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if len(MODULE_SECONDS) > 1:
+        total = sum(MODULE_SECONDS.values())
+        terminalreporter.section(f"time by module ({total / 60:.1f} min in tests; the slowest {MODULES_SHOWN})", sep="=")
+        for module, secs in sorted(MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:MODULES_SHOWN]:
+            terminalreporter.write_line(f"{secs:8.1f}s  {module}")
     left = config.stash.get(LEFT, [])
     if left:
         terminalreporter.section("left in the data home", sep="=", red=True, bold=True)
