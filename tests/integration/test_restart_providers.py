@@ -76,14 +76,30 @@ def pids_of(lf) -> dict[str, int]:
     return {p.name[:-len(".pid")]: int(p.read_text()) for p in folder.glob("*.pid")}
 
 
+def what_became_of(lf, ids: set[str]) -> str:
+    """The provisioned nodes' ``ray start`` logs (their tails), Ray's nodes and the registry's records."""
+    folder = next(lf.store_root().glob("**/providers/local"), None)
+    lines = [f"pid files: {pids_of(lf) if folder else 'no provider folder'}"]
+    for instance_id in sorted(ids):
+        log = folder / f"{instance_id}.log" if folder else None
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log and log.exists() else ["(no log)"]
+        lines += [f"-- {instance_id} ray start log:", *tail]
+    lines.append(f"ray nodes: {[(n['NodeID'][:12], n['Alive'], n.get('Labels', {})) for n in ray.nodes()]}")
+    lines.append(f"registry: {[(n.name, n.status.value, n.instance_id) for n in lf.handle.nodes()]}")
+    return "\n".join(lines)
+
+
 def test_scale_down_after_a_restart_terminates_the_two_nodes_the_old_scheduler_provisioned(lf, tmp_path):
     gate = str(tmp_path / "gate")
     call = adaptive.remote(min_tier="cpu_ffmpeg", num_cpus=1)(held)
     busy = call.remote(gate)  # the pool is in use: nothing is idle to scale down yet
     made = provision(2)
     ids = {n["instance_id"] for n in made}
-    lf.wait_until(lambda: {n.instance_id for n in lf.handle.nodes(["active"])} >= ids, "both nodes registered",
-                  timeout_s=180)
+    try:
+        lf.wait_until(lambda: {n.instance_id for n in lf.handle.nodes(["active"])} >= ids, "both nodes registered",
+                      timeout_s=180)
+    except TimeoutError as exc:  # say what became of them: each node's ray start log, Ray's view, the registry's
+        raise AssertionError(f"{exc}\n{what_became_of(lf, ids)}") from None
     pids = pids_of(lf)
     assert set(pids) == ids and all(pid_alive(p) for p in pids.values())
     kill_scheduler(lf)
