@@ -85,7 +85,8 @@ def what_became_of(lf, ids: set[str]) -> str:
         tail = log.read_text(errors="replace").splitlines()[-15:] if log and log.exists() else ["(no log)"]
         lines += [f"-- {instance_id} ray start log:", *tail]
     lines.append(f"ray nodes: {[(n['NodeID'][:12], n['Alive'], n.get('Labels', {})) for n in ray.nodes()]}")
-    lines.append(f"registry: {[(n.name, n.status.value, n.instance_id) for n in lf.handle.nodes()]}")
+    lines.append(f"registry: {[(n.name, n.status.value, n.instance_id, n.running) for n in lf.handle.nodes()]}")
+    lines.append(f"scale-downs: {[e['data'] for e in lf.handle.job_events(kinds=['scale_down'])]}")
     return "\n".join(lines)
 
 
@@ -93,6 +94,9 @@ def test_scale_down_after_a_restart_terminates_the_two_nodes_the_old_scheduler_p
     gate = str(tmp_path / "gate")
     call = adaptive.remote(min_tier="cpu_ffmpeg", num_cpus=1)(held)
     busy = call.remote(gate)  # the pool is in use: nothing is idle to scale down yet
+    lf.wait_until(lambda: sum(n.running for n in lf.handle.nodes(["active"])) == 1 or ray.wait([busy], timeout=0)[0],
+                  "the held call running", timeout_s=60)
+    assert not ray.wait([busy], timeout=0)[0], ray.get(busy)  # it holds its slot (an early end raises here)
     made = provision(2)
     ids = {n["instance_id"] for n in made}
     try:
