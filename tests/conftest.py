@@ -57,6 +57,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     MODULE_SECONDS[module] = MODULE_SECONDS.get(module, 0.0) + report.duration
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own --durations list, so that a run's output ends with it
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if len(MODULE_SECONDS) > 1:
         total = sum(MODULE_SECONDS.values())
