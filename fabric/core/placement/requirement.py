@@ -137,7 +137,7 @@ class Requirement:
     Every bad value raises ``RequirementError`` naming the field (``min_tier``, ``floor``,
     ``num_cpus``, ``memory_mib``, ``num_cores``, ``num_gpus``, ``gpu_model``, ``capabilities``,
     ``ports``, ``pool``, ``prefer``, ``when_full``, ``scale``, ``payload_size``, ``resources``,
-    ``label_selector``, ``accelerator_type``, ``ray``).
+    ``label_selector``, ``accelerator_type``, ``ray``, ``preset``).
     """
 
     __slots__ = (
